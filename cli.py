@@ -1,0 +1,183 @@
+"""kplay: read, edit, compile, check and time small PyTorch C++ and CUDA kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from enum import Enum
+from functools import wraps
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from playground import registry
+from playground.errors import KplayError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  context_settings={"help_option_names": ["-h", "--help"]})
+out = Console()
+err = Console(stderr=True)
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+Path_ = Annotated[Optional[list[str]], typer.Option("--path", help="Extra folder of kernel families (also $KPLAY_PATH).")]
+Json = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
+Params = Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Template parameter NAME=VALUE, e.g. threads=512.")]
+Variant = Annotated[Optional[str], typer.Option(help="Variant name, or 'all'.")]
+
+
+def friendly(command):
+    """Domain errors become one red line (plus compiler details) and their exit code; KPLAY_DEBUG=1 shows the traceback."""
+
+    @wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except KplayError as e:
+            if os.environ.get("KPLAY_DEBUG"):
+                raise
+            err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+            for line in getattr(e, "details", []):
+                err.print(line, highlight=False, markup=False, soft_wrap=True)
+            raise typer.Exit(e.exit_code) from None
+
+    return wrapper
+
+
+@app.command("list")
+@friendly
+def list_(json_: Json = False, path: Path_ = None):
+    """List the kernel families: summary, variants, devices."""
+    rows = [{"name": f.name, "summary": f.summary, "variants": list(f.variants), "devices": f.devices, "path": str(f.path)}
+            for f in registry.families(path).values()]
+    if json_:
+        print(json.dumps(rows, indent=2))
+        return
+    from playground.report import family_table
+
+    out.print(family_table(rows))
+
+
+@app.command()
+@friendly
+def show(name: str, device: Device = Device.cpu, variant: Variant = None, param: Params = None, path: Path_ = None):
+    """Show what a kernel teaches, then its rendered source, highlighted."""
+    from rich.markdown import Markdown
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+
+    from playground.render import sources
+
+    fam = registry.find(name, path)
+    dev = "cuda" if device == Device.auto else device.value
+    params = fam.parse_params(param or [])
+    out.print(Panel(Markdown(fam.note.strip() or fam.summary), title=f"{fam.name}: {fam.summary}", title_align="left"))
+    for v in fam.pick_variants(dev, variant):
+        out.print(f"[b]{v.name}[/b] ({v.device}): {v.note}")
+        for file, text in sources(fam, v, params).items():
+            lexer = "cuda" if file.endswith(".cu") else "cpp"
+            out.print(Panel(Syntax(text, lexer, line_numbers=True, word_wrap=True), title=str(fam.path / file), title_align="left"))
+
+
+@app.command()
+@friendly
+def run(
+    name: Annotated[str, typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.")],
+    n: Annotated[Optional[str], typer.Option(help="Number of elements, e.g. 1e7.")] = None,
+    values: Annotated[Optional[str], typer.Option(help="Explicit values, e.g. 4,3,2,1 (print_array).")] = None,
+    batch: Annotated[Optional[str], typer.Option(help="Batch size (lltm, linear).")] = None,
+    features: Annotated[Optional[str], typer.Option(help="Input features (lltm).")] = None,
+    state: Annotated[Optional[str], typer.Option(help="State size (lltm).")] = None,
+    in_: Annotated[Optional[str], typer.Option("--in", help="Input features (linear).")] = None,
+    out_: Annotated[Optional[str], typer.Option("--out", help="Output features (linear).")] = None,
+    size: Annotated[Optional[list[str]], typer.Option(help="Any size NAME=VALUE the kernel declares.")] = None,
+    device: Annotated[Device, typer.Option(help="auto picks cuda when a GPU is there.")] = Device.auto,
+    variant: Variant = None,
+    dtype: Annotated[Optional[str], typer.Option(help="float32, float64, int32, ... (kernel's first by default).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for the inputs.")] = 0,
+    param: Params = None,
+    timeout: Annotated[float, typer.Option(help="Seconds the kernel may run (builds excluded).")] = 120.0,
+    json_: Json = False,
+    path: Path_ = None,
+):
+    """Build, check and time a kernel against its PyTorch reference. Exit code: the verdict."""
+    from playground import isolate, runner
+
+    sizes = {k: v for k, v in dict(n=n, values=values, batch=batch, features=features, state=state,
+                                   **{"in": in_, "out": out_}).items() if v is not None}
+    for pair in size or []:
+        key, _, value = pair.partition("=")
+        sizes[key] = value
+    request = dict(name=name, device=device.value, variant=variant, dtype=dtype, seed=seed,
+                   sizes=sizes, params=param or [], paths=path)
+    runner.plan(**request)  # bad input fails here, before torch is imported
+    with _progress() as on_event:
+        result = isolate.run(request, timeout, on_event)
+    if json_:
+        print(json.dumps(result, indent=2))
+    else:
+        from playground.report import run_report
+
+        out.print(run_report(result))
+    raise typer.Exit(result["exit_code"])
+
+
+def _progress():
+    """A spinner with elapsed seconds while compiling; one line per finished build."""
+    from contextlib import contextmanager
+
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def manager():
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                      console=err, transient=True) as progress:
+            task = progress.add_task("starting (importing torch)", total=None)
+
+            def on_event(event, **data):
+                if event == "build_start":
+                    progress.update(task, description=f"compiling {data['variant']}")
+                elif event == "build_done":
+                    how = "cached build" if data["cached"] else f"compiled in {data['seconds']:.1f} s"
+                    progress.console.print(f"[green]✓[/] {data['variant']}: {how}", highlight=False)
+                elif event == "check":
+                    progress.update(task, description=f"checking {data['variant']} at {data['case']}")
+                elif event == "phase" and data["phase"] == "time":
+                    progress.update(task, description="timing")
+
+            yield on_event
+
+    return manager()
+
+
+@app.command()
+@friendly
+def doctor():
+    """Check the set-up: python, torch, GPU, nvcc, ninja, compiler, cache."""
+    from playground.doctor import diagnose
+    from playground.report import checks_table
+
+    rows = diagnose()
+    out.print(checks_table(rows))
+    raise typer.Exit(0 if all(ok for _, ok, _ in rows) else 1)
+
+
+@app.command()
+@friendly
+def clean():
+    """Empty kplay's build cache."""
+    from playground.build import cache_dir, clear_cache
+
+    freed = clear_cache()
+    out.print(f"removed {freed / 1e6:.1f} MB from {cache_dir()}")
+
+
+if __name__ == "__main__":
+    sys.exit(app())

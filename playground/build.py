@@ -1,0 +1,211 @@
+"""Compile a variant with load_inline behind a content-keyed cache, and map compiler errors back."""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import render
+from .errors import BuildError
+from .registry import Family, Variant
+
+CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
+CUDA_FLAGS = ["-O3", "-std=c++20"]
+MAX_ERRORS = 3
+
+
+def cache_dir() -> Path:
+    """Where builds live: $KPLAY_CACHE, else $XDG_CACHE_HOME/kplay, else ~/.cache/kplay."""
+    if os.environ.get("KPLAY_CACHE"):
+        return Path(os.environ["KPLAY_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "kplay"
+
+
+def cuda_home() -> str | None:
+    """The CUDA root: $CUDA_HOME, else the first candidate with the runtime headers.
+
+    torch guesses /usr/local from a /usr/local/bin/nvcc (a link or a wrapper script), where
+    cuda_runtime.h is missing; the real root is nvcc's resolved folder or /usr/local/cuda.
+    """
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    nvcc = shutil.which("nvcc")
+    candidates = [Path(nvcc).resolve().parent.parent] if nvcc else []
+    candidates += [Path("/usr/local/cuda"), *sorted(Path("/usr/local").glob("cuda-*"), reverse=True)]
+    return next((str(c) for c in candidates if (c / "include" / "cuda_runtime.h").exists()), None)
+
+
+def setup_env() -> None:
+    """Environment torch's extension builder reads at import: CUDA_HOME, and a GPU arch when there is no GPU."""
+    home = cuda_home()
+    if home:
+        os.environ["CUDA_HOME"] = home
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+        else:  # compile-only (CI): the workshop GPU, an H200, instead of every arch torch knows
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+
+
+@functools.cache
+def compiler() -> tuple[str, list[str]]:
+    """The C++ compiler's identity and the machine flags it accepts."""
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        probe = subprocess.run([cxx, "-march=native", "-x", "c++", "-E", "-o", os.devnull, os.devnull], capture_output=True)
+    except OSError:
+        return f"{cxx} (not found)", []
+    return version, ["-march=native"] if probe.returncode == 0 else []
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    name: str
+    seconds: float
+    cached: bool
+
+
+@contextmanager
+def _locked(path: Path):
+    """An exclusive lock the OS drops when its holder dies: a killed build never leaves a stale lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[str, dict]:
+    """The build's name (family, variant, content hash) and its load_inline arguments."""
+    import torch
+
+    version, machine_flags = compiler()
+    has_cuda = any(n.endswith(".cu") for n in srcs)
+    args = dict(
+        cpp_sources=[t for n, t in srcs.items() if not n.endswith(".cu")],
+        cuda_sources=[t for n, t in srcs.items() if n.endswith(".cu")] or None,
+        extra_cflags=[*CXX_FLAGS, *machine_flags, *variant.cflags],
+        extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
+        extra_ldflags=list(variant.ldflags),
+    )
+    salt = [torch.__version__, torch.version.cuda, version, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else ""]
+    digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]
+    name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
+    ns = [f"-DKPLAY_NS={name}"]
+    args["extra_cflags"] += ns
+    if has_cuda:
+        args["extra_cuda_cflags"] += ns
+    return name, args
+
+
+def build(family: Family, variant: Variant, params: dict, on_event=lambda *a, **k: None):
+    """Compile (or reuse) a variant; returns (torch.ops namespace or None, BuildInfo)."""
+    if not variant.sources:
+        return None, BuildInfo(name="", seconds=0.0, cached=True)
+    setup_env()
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    srcs = render.sources(family, variant, params)
+    if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
+        raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
+    name, args = _identity(family, variant, srcs)
+    where = cache_dir() / name
+    so = where / f"{name}.so"
+    marker = where / "kplay.json"
+    start = time.perf_counter()
+    with _locked(cache_dir() / "locks" / f"{name}.lock"):
+        cached = _valid(marker, so)
+        if not cached:
+            on_event("build_start", variant=variant.name)
+            shutil.rmtree(where, ignore_errors=True)  # a partial or corrupt entry: start clean
+            where.mkdir(parents=True)
+            try:
+                load_inline(name=name, build_directory=str(where), is_python_module=False,
+                            no_implicit_headers=True, verbose=False, **args)
+            except RuntimeError as e:
+                raise compile_error(str(e), family, variant) from None
+            except OSError as e:
+                raise BuildError(f"{family.name}/{variant.name}: the built library does not load: {e}") from None
+            marker.write_text(json.dumps({"so": so.name, "size": so.stat().st_size}))
+        else:
+            torch.ops.load_library(str(so))
+    info = BuildInfo(name=name, seconds=round(time.perf_counter() - start, 3), cached=cached)
+    on_event("build_done", variant=variant.name, seconds=info.seconds, cached=cached)
+    return getattr(torch.ops, name), info
+
+
+def _valid(marker: Path, so: Path) -> bool:
+    """A finished build: its marker names a library that is there, whole."""
+    try:
+        meta = json.loads(marker.read_text())
+        return so.name == meta["so"] and so.stat().st_size == meta["size"]
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+GCC = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error:?\s*(?P<msg>.*)$")
+NVCC = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\):\s*(?:fatal )?error:?\s*(?P<msg>.*)$")
+
+
+def compile_error(output: str, family: Family, variant: Variant) -> BuildError:
+    """The compiler's first errors, with file and line in the snippet's own sources."""
+    files = {"main.cpp": next((n for n in variant.sources if not n.endswith(".cu")), "main.cpp"),
+             "cuda.cu": next((n for n in variant.sources if n.endswith(".cu")), "cuda.cu")}
+    found = []
+    for raw in output.splitlines():
+        m = GCC.match(raw.strip()) or NVCC.match(raw.strip())
+        if not m:
+            continue
+        base = Path(m["file"]).name
+        src = family.path / files.get(base, base)
+        key = (str(src), m["line"], m["msg"])
+        if key not in [f[:3] for f in found]:
+            found.append((*key, m["col"]))
+    if not found:
+        tail = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(("[", "FAILED", "ninja", "c++ ", "/"))]
+        tail = tail[-8:] or output.splitlines()[-8:]
+        return BuildError(f"{family.name}/{variant.name}: build failed", tail)
+    details = []
+    for src, line, msg, col in found[:MAX_ERRORS]:
+        details.append(f"{src}:{line}{':' + col if col else ''}: error: {msg}")
+        try:
+            text = Path(src).read_text().splitlines()[int(line) - 1]
+            details.append(f"  {line:>4} | {text}")
+            if col:
+                details.append(f"       | {' ' * (int(col) - 1)}^")
+        except (OSError, IndexError):
+            pass
+    more = len(found) - MAX_ERRORS
+    if more > 0:
+        details.append(f"... and {more} more error{'s' if more > 1 else ''}")
+    src, line, msg, _ = found[0]
+    return BuildError(f"{family.name}/{variant.name}: compile error in {Path(src).name}:{line}: {msg}", details)
+
+
+def cache_size() -> int:
+    root = cache_dir()
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
+
+
+def clear_cache() -> int:
+    """Remove every build (and the measured bandwidths); returns the bytes freed."""
+    size = cache_size()
+    shutil.rmtree(cache_dir(), ignore_errors=True)
+    return size

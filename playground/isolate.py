@@ -1,0 +1,84 @@
+"""Run a request in a child process, so a segfault, an abort or an endless loop cannot take kplay down."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import BuildError, KernelCrash, KplayError, UsageError
+
+KINDS = {"UsageError": UsageError, "BuildError": BuildError, "KernelCrash": KernelCrash}
+SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
+           signal.SIGFPE: "floating-point exception", signal.SIGILL: "illegal instruction",
+           signal.SIGKILL: "killed (out of memory?)"}
+
+
+def run(request: dict, timeout: float, on_event=lambda *a, **k: None) -> dict:
+    """The result record as a dict; a failure in the child comes back as the same KplayError."""
+    read, write = os.pipe()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))}
+    with tempfile.TemporaryFile() as log:
+        child = subprocess.Popen([sys.executable, "-m", "playground.worker", str(write)], stdin=subprocess.PIPE,
+                                 stdout=log, stderr=log, pass_fds=(write,), env=env, start_new_session=True)
+        os.close(write)
+        child.stdin.write(json.dumps(request).encode())
+        child.stdin.close()
+        try:
+            reply, phase = _listen(read, child, timeout, on_event)
+        finally:
+            os.close(read)
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        log.seek(0)
+        tail = log.read().decode(errors="replace").strip().splitlines()[-8:]
+    if "result" in reply:
+        return reply["result"]
+    if "error" in reply:
+        err = reply["error"]
+        error = KINDS.get(err["kind"], KplayError)(err["message"])
+        error.details = err.get("details", [])
+        raise error
+    if reply.get("timeout"):
+        raise KernelCrash(f"timed out after {timeout:g} s {phase}: the kernel may never finish (--timeout to allow more)")
+    code = child.returncode
+    what = SIGNALS.get(-code, f"signal {-code}") if code < 0 else f"exit code {code}"
+    crash = KernelCrash(f"kernel crashed: {what} {phase}")
+    crash.details = tail
+    raise crash
+
+
+def _listen(fd: int, child, timeout: float, on_event) -> tuple[dict, str]:
+    """Read events until the result; the timeout counts from the first phase after the builds."""
+    buffer, deadline, phase = b"", None, "while starting"
+    while True:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([fd], [], [], wait)
+        if not ready:
+            return {"timeout": True}, phase
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return {}, phase
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            message = json.loads(line)
+            if "event" not in message:
+                return message, phase
+            event = message.pop("event")
+            if event == "build_start":
+                phase = f"while building {message['variant']}"
+            elif event == "check":
+                phase = f"while checking {message['variant']} at {message['case']}"
+            elif event == "phase" and message["phase"] == "time":
+                phase = "while timing"
+            if event in ("phase", "check") and deadline is None:
+                deadline = time.monotonic() + timeout
+            on_event(event, **message)

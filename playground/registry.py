@@ -1,0 +1,171 @@
+"""Find kernel families (folders with a task.toml) without importing torch."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UsageError
+
+BUILTIN = Path(__file__).resolve().parent.parent / "snippets"
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: int | str
+    choices: tuple = ()
+    min: int | None = None
+    max: int | None = None
+    help: str = ""
+
+    def parse(self, text: str) -> int | str:
+        """Validate a value given on the command line."""
+        value: int | str = text
+        if isinstance(self.default, int):
+            try:
+                value = int(text)
+            except ValueError:
+                raise UsageError(f"--param {self.name}={text}: expected an integer") from None
+        if self.choices and value not in self.choices:
+            valid = ", ".join(map(str, self.choices))
+            raise UsageError(f"--param {self.name}={text}: valid values are {valid}")
+        if self.min is not None and value < self.min or self.max is not None and value > self.max:
+            raise UsageError(f"--param {self.name}={text}: must be in [{self.min}, {self.max}]")
+        return value
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    device: str  # "cpu", "cuda" or "any" (pure PyTorch, nothing to build)
+    sources: tuple[str, ...] = ()
+    note: str = ""
+    cflags: tuple[str, ...] = ()
+    cuda_cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+
+    def runs_on(self, device: str) -> bool:
+        return self.device in (device, "any")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    path: Path
+    summary: str
+    note: str
+    dtypes: tuple[str, ...]
+    sizes: dict[str, int]
+    test_sizes: tuple[dict, ...]
+    params: dict[str, Param]
+    variants: dict[str, Variant]
+    bench: bool = True
+    default_variant: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def devices(self) -> list[str]:
+        return [d for d in DEVICES if any(v.runs_on(d) for v in self.variants.values())]
+
+    def variants_for(self, device: str) -> list[Variant]:
+        return [v for v in self.variants.values() if v.runs_on(device)]
+
+    def pick_variants(self, device: str, name: str | None) -> list[Variant]:
+        """The variants a run uses: one by name, 'all', or the family's default."""
+        avail = self.variants_for(device)
+        if not avail:
+            raise UsageError(f"{self.name} has no {device} variant (devices: {', '.join(self.devices)})")
+        name = name or self.default_variant or avail[0].name
+        if name == "all":
+            return avail
+        for v in avail:
+            if v.name == name:
+                return [v]
+        names = ", ".join(v.name for v in avail)
+        raise UsageError(f"{self.name} has no {device} variant '{name}'; valid: {names}, all")
+
+    def parse_params(self, pairs: list[str]) -> dict[str, int | str]:
+        """Turn ['threads=512'] into the full parameter dict, defaults filled in."""
+        values = {p.name: p.default for p in self.params.values()}
+        for pair in pairs:
+            key, sep, text = pair.partition("=")
+            if not sep:
+                raise UsageError(f"--param {pair}: expected NAME=VALUE")
+            if key not in self.params:
+                valid = ", ".join(self.params) or "none"
+                raise UsageError(f"{self.name} has no parameter '{key}'; valid: {valid}")
+            values[key] = self.params[key].parse(text)
+        return values
+
+
+def _variant(name: str, raw: dict) -> Variant:
+    return Variant(
+        name=name,
+        device=raw.get("device", "cpu"),
+        sources=tuple(raw.get("sources", ())),
+        note=raw.get("note", ""),
+        cflags=tuple(raw.get("cflags", ())),
+        cuda_cflags=tuple(raw.get("cuda_cflags", ())),
+        ldflags=tuple(raw.get("ldflags", ())),
+    )
+
+
+def load_family(path: Path) -> Family:
+    """Read one family folder's task.toml."""
+    toml = path / "task.toml"
+    try:
+        raw = tomllib.loads(toml.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path} is not a kernel folder: it has no task.toml") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{toml}: {e}") from None
+    params = {k: Param(name=k, **{**v, "choices": tuple(v.get("choices", ()))}) for k, v in raw.get("params", {}).items()}
+    known = {"summary", "note", "dtypes", "sizes", "test_sizes", "params", "variants", "bench", "default_variant"}
+    return Family(
+        name=raw.get("name", path.name),
+        path=path,
+        summary=raw.get("summary", ""),
+        note=raw.get("note", ""),
+        dtypes=tuple(raw.get("dtypes", ["float32"])),
+        sizes=dict(raw.get("sizes", {})),
+        test_sizes=tuple(raw.get("test_sizes", ())),
+        params=params,
+        variants={k: _variant(k, v) for k, v in raw.get("variants", {}).items()},
+        bench=raw.get("bench", True),
+        default_variant=raw.get("default_variant", ""),
+        extra={k: v for k, v in raw.items() if k not in known},
+    )
+
+
+def search_path(extra: list[str] | None = None) -> list[Path]:
+    """Folders holding families: --path options, then $KPLAY_PATH, then the built-in snippets."""
+    env = [p for p in os.environ.get("KPLAY_PATH", "").split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in [*(extra or []), *env]] + [BUILTIN]
+
+
+def families(extra: list[str] | None = None) -> dict[str, Family]:
+    """Every family on the search path; an earlier folder shadows a later one of the same name."""
+    found: dict[str, Family] = {}
+    for root in reversed(search_path(extra)):
+        for toml in sorted(root.glob("*/task.toml")):
+            fam = load_family(toml.parent)
+            found[fam.name] = fam
+    return dict(sorted(found.items()))
+
+
+def find(name: str, extra: list[str] | None = None) -> Family:
+    """A family by name, or by the path of its folder (an ejected or hand-made snippet)."""
+    if re.search(r"[/\\]", name) or name.startswith(".") or (Path(name) / "task.toml").exists():
+        return load_family(Path(name).expanduser().resolve())
+    known = families(extra)
+    if name in known:
+        return known[name]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(known)}"
+    raise UsageError(f"unknown kernel '{name}'{hint}")

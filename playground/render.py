@@ -1,0 +1,35 @@
+"""Template rendering: {{name}} in a source becomes the parameter's value."""
+
+from __future__ import annotations
+
+import re
+
+from .errors import UsageError
+from .registry import Family, Variant
+
+PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]\w*)\s*\}\}")
+
+
+def render(text: str, params: dict, where: str = "source") -> str:
+    """Substitute every {{name}}; an unknown name is an error that lists the known ones."""
+
+    def sub(m: re.Match) -> str:
+        if m.group(1) not in params:
+            valid = ", ".join(params) or "none"
+            raise UsageError(f"{where}: unknown template parameter '{{{{{m.group(1)}}}}}'; valid: {valid}")
+        return str(params[m.group(1)])
+
+    return PLACEHOLDER.sub(sub, text)
+
+
+def sources(family: Family, variant: Variant, params: dict) -> dict[str, str]:
+    """The variant's rendered sources, by file name."""
+    out = {}
+    for name in variant.sources:
+        path = family.path / name
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise UsageError(f"{family.name}/{variant.name}: source {path} does not exist") from None
+        out[name] = render(text, params, where=str(path))
+    return out

@@ -1,0 +1,1 @@
+"""Kernel families: one folder each, found by its task.toml (see README.md here)."""

@@ -1,0 +1,37 @@
+// Print every element of a tensor from C++: the tutorial's first extension, with its bugs fixed.
+//
+// The seed's version printed "%d\\n" (a literal backslash-n, from escaping inside a Python string),
+// read every tensor as int*, whatever its dtype, and would have read a CUDA tensor from the host.
+#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#include <cinttypes>
+#include <cstdio>
+
+using torch::headeronly::ScalarType;
+using torch::stable::Tensor;
+
+template <typename T>
+void print_values(const Tensor& x, const char* format) {
+  const T* data = static_cast<const T*>(x.const_data_ptr());  // the pointer type follows the dtype
+  for (int64_t i = 0; i < x.numel(); ++i) std::printf(format, data[i]);
+}
+
+void print_array(Tensor x) {
+  STD_TORCH_CHECK(x.is_cpu(), "print_array (C++): x must be on the CPU, where this code can read it");
+  Tensor c = torch::stable::contiguous(x);
+  switch (c.scalar_type()) {
+    case ScalarType::Int: print_values<int32_t>(c, "%" PRId32 "\n"); break;
+    case ScalarType::Long: print_values<int64_t>(c, "%" PRId64 "\n"); break;
+    case ScalarType::Float: print_values<float>(c, "%.9g\n"); break;     // 9 digits round-trip a float
+    case ScalarType::Double: print_values<double>(c, "%.17g\n"); break;  // 17 digits round-trip a double
+    default: STD_TORCH_CHECK(false, "print_array (C++): expected int32, int64, float32 or float64");
+  }
+  std::fflush(stdout);  // stdio buffers; Python's prints and ours must not interleave
+}
+
+STABLE_TORCH_LIBRARY(KPLAY_NS, m) { m.def("print_array(Tensor x) -> ()"); }
+STABLE_TORCH_LIBRARY_IMPL(KPLAY_NS, CPU, m) { m.impl("print_array", TORCH_BOX(&print_array)); }

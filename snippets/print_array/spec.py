@@ -1,0 +1,40 @@
+"""print_array: what the kernel prints, parsed back, must equal the tensor."""
+
+import torch
+
+
+def make_inputs(sizes, dtype, device, gen):
+    if "values" in sizes:
+        x = torch.tensor(sizes["values"], dtype=torch.float64)
+        if not dtype.is_floating_point and not torch.equal(x, x.round()):
+            raise ValueError(f"--values are not all integers, but the dtype is {str(dtype)[6:]}")
+        return (x.to(dtype).to(device),)
+    if dtype.is_floating_point:
+        x = torch.randn(sizes["n"], generator=gen, dtype=dtype)
+    else:
+        x = torch.randint(-1000, 1000, (sizes["n"],), generator=gen, dtype=dtype)
+    return (x.to(device),)
+
+
+def reference(x):
+    return x.cpu()
+
+
+def tolerance(x, dtype):
+    return 0.0, "exact: %.9g and %.17g round-trip float32 and float64"
+
+
+def call(ops, variant, x):
+    ops.print_array(x)
+
+
+def from_stdout(text, x):
+    """The printed lines as a tensor like x (None where a line does not parse)."""
+    lines = text.split()
+    try:
+        values = [float(v) if x.dtype.is_floating_point else int(v) for v in lines]
+    except ValueError:
+        raise AssertionError(f"printed {lines[:4]}…, not one number per line") from None
+    if len(values) != x.numel():
+        raise AssertionError(f"printed {len(values)} values for {x.numel()} elements")
+    return torch.tensor(values, dtype=x.dtype)
