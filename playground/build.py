@@ -22,6 +22,7 @@ from .registry import Family, Variant
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
 CUDA_FLAGS = ["-O3", "-std=c++20"]
 MAX_ERRORS = 3
+_loaded: set[str] = set()  # builds whose library this process has loaded
 
 
 def cache_dir() -> Path:
@@ -126,6 +127,8 @@ def build(family: Family, variant: Variant, params: dict, on_event=lambda *a, **
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
     name, args = _identity(family, variant, srcs)
+    if name in _loaded:  # the same content is already in this process (a library loads only once)
+        return getattr(torch.ops, name), BuildInfo(name=name, seconds=0.0, cached=True)
     where = cache_dir() / name
     so = where / f"{name}.so"
     marker = where / "kplay.json"
@@ -146,6 +149,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=lambda *a, **
             marker.write_text(json.dumps({"so": so.name, "size": so.stat().st_size}))
         else:
             torch.ops.load_library(str(so))
+    _loaded.add(name)
     info = BuildInfo(name=name, seconds=round(time.perf_counter() - start, 3), cached=cached)
     on_event("build_done", variant=variant.name, seconds=info.seconds, cached=cached)
     return getattr(torch.ops, name), info

@@ -1,0 +1,112 @@
+"""Every command through the CLI, the JSON output, and bad input: one line and the documented exit code."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import gpu
+
+
+def test_list_names_every_family(kplay):
+    result = kplay("list", "--json")
+    assert result.exit_code == 0
+    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    assert {"sum", "print_array"} <= set(rows)
+    assert "cpp" in rows["sum"]["variants"] and "cpu" in rows["sum"]["devices"]
+    table = kplay("list")
+    assert table.exit_code == 0 and "print_array" in table.stdout
+
+
+def test_list_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys; from cli import app; app(['list'], standalone_mode=False); assert 'torch' not in sys.modules"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(__import__("conftest").ROOT))
+    assert done.returncode == 0, done.stderr
+
+
+def test_show_prints_note_and_source(kplay):
+    result = kplay("show", "sum")
+    assert result.exit_code == 0
+    assert "STABLE_TORCH_LIBRARY" in result.stdout and "Reduction" in result.stdout
+
+
+def test_run_sum_json_matches_the_table(kplay):
+    result = kplay("run", "sum", "--n", "1e5", "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    v = r["variants"][0]
+    assert r["ok"] and r["sizes"] == {"n": 100_000} and v["check"]["ok"]
+    assert v["check"]["cases"][-1] == "n=100000" and "n=1025" in v["check"]["cases"]
+    assert v["time"]["samples"] >= 30 and v["time"]["q1_s"] <= v["time"]["median_s"] <= v["time"]["q3_s"]
+    assert v["gbps"] == pytest.approx(100_000 * 4 / v["time"]["median_s"] / 1e9)
+    assert v["speedup"] == pytest.approx(r["baseline"]["median_s"] / v["time"]["median_s"])
+    table = kplay("run", "sum", "--n", "1e5", "--device", "cpu")
+    assert table.exit_code == 0 and "PASS" in table.stdout and "PyTorch" in table.stdout
+
+
+def test_run_print_array_shows_what_cpp_printed(kplay):
+    result = kplay("run", "print_array", "--values", "4,3,2,1", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "4\n" in result.stdout and "PASS" in result.stdout
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float32", "float64"])
+def test_print_array_round_trips_every_dtype(kplay, dtype):
+    result = kplay("run", "print_array", "--n", "100", "--dtype", dtype, "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    assert r["variants"][0]["check"]["max_abs_err"] == 0
+    assert len(r["variants"][0]["stdout"].split()) == 100
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--n", "0"], "--n 0: must be at least 1"),
+    (["--n", "-5"], "--n -5: must be at least 1"),
+    (["--n", "abc"], "--n abc: not a number"),
+    (["--n", "1e99"], "too large"),
+    (["--n", "2.5"], "whole number"),
+    (["--param", "nope=1"], "no parameter 'nope'"),
+    (["--dtype", "float8"], "--dtype float8"),
+    (["--dtype", "int32"], "sum takes float32, float64"),
+    (["--batch", "4"], "--batch does not apply to sum"),
+    (["--variant", "nope", "--device", "cpu"], "no cpu variant 'nope'"),
+])
+def test_bad_input_is_one_line_exit_2(kplay, args, message):
+    result = kplay("run", "sum", *args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_kernel_suggests_the_closest(kplay):
+    result = kplay("run", "summ")
+    assert result.exit_code == 2 and "did you mean 'sum'?" in result.stderr
+
+
+def test_print_array_rejects_fractions_for_int_dtypes(kplay):
+    result = kplay("run", "print_array", "--values", "1.5,2", "--dtype", "int32", "--device", "cpu")
+    assert result.exit_code == 2 and "not all integers" in result.stderr
+
+
+@pytest.mark.skipif(gpu(), reason="this machine has a GPU")
+def test_cuda_without_gpu_is_a_usage_error(kplay):
+    result = kplay("run", "sum", "--device", "cuda", "--n", "100")
+    assert result.exit_code == 2 and "no CUDA GPU" in result.stderr
+
+
+def test_doctor_reports_each_part(kplay):
+    result = kplay("doctor")
+    for part in ("python", "torch", "ninja", "C++ compiler", "build cache"):
+        assert part in result.stdout
+    assert result.exit_code == 0, result.stdout
+
+
+def test_clean_empties_the_cache(kplay, cache):
+    assert kplay("run", "sum", "--n", "100", "--device", "cpu").exit_code == 0
+    assert any(cache.iterdir())
+    result = kplay("clean")
+    assert result.exit_code == 0 and "removed" in result.stdout
+    assert not cache.exists() or not any(cache.iterdir())
