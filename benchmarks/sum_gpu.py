@@ -1,0 +1,152 @@
+"""The CUDA sum ladder against torch.sum on one GPU: copy bandwidth, then every variant at 1e7, 1e8, 1e9.
+
+    python benchmarks/sum_gpu.py                     # table on stdout
+    python benchmarks/sum_gpu.py --out results/      # also sum-<gpu>.json and .md there
+
+Timing is kplay's own (playground.timing.bench): warm-up, CUDA events, L2 flushed between samples when the
+input fits in a few L2s, contenders taking turns, >= 30 samples, median and IQR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from playground import registry  # noqa: E402
+from playground.build import build, setup_env  # noqa: E402
+from playground.runner import load_spec  # noqa: E402
+from playground.timing import bench  # noqa: E402
+
+TARGETS = {10**7: ("time", 1.1), 10**8: ("throughput", 1.0), 10**9: ("throughput", 1.0)}  # issue 3, fast vs torch.sum
+
+
+def copy_bandwidth(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy in GB/s, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    stats = bench({"copy": lambda: dst.copy_(src)}, "cuda", budget_s=0.5, working_set=2 * nbytes)["copy"]
+    return 2 * nbytes / stats.median_s / 1e9
+
+
+def environment() -> dict:
+    """What the numbers depend on: date, GPU, driver, clocks, versions."""
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    for key, cmd in {"nvcc": ["nvcc", "--version"],
+                     "nvidia-smi": ["nvidia-smi", "--format=csv,noheader",
+                                    "--query-gpu=driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw"]}.items():
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+            env[key] = out.splitlines()[-1] if key == "nvcc" else out
+        except (OSError, subprocess.SubprocessError):
+            env[key] = "unavailable"
+    return env
+
+
+def measure(ops: dict, spec, n: int, dtype: torch.dtype, peak: float, budget_s: float) -> list[dict]:
+    """One row per contender: torch.sum first, then the ladder."""
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    x = torch.randn(n, generator=gen, dtype=dtype, device="cuda")
+    ref = x.sum(dtype=torch.float64).item()
+    tol, _ = spec.tolerance(x, dtype)
+    fns = {"torch.sum": lambda: torch.sum(x), **{name: (lambda op=op: op.sum(x)) for name, op in ops.items()}}
+    try:  # CUB's reduction through CuPy, where installed: a second reference point (zero-copy view of x)
+        import cupy
+
+        xc = cupy.from_dlpack(x)
+        fns["cupy.sum (CUB)"] = lambda: cupy.sum(xc)
+    except ImportError:
+        pass
+    errors = {name: abs(float(fn()) - ref) for name, fn in fns.items()}
+    stats = bench(fns, "cuda", budget_s=budget_s, working_set=n * x.element_size())
+    base = stats["torch.sum"].median_s
+    rows = []
+    for name, s in stats.items():
+        gbps = n * x.element_size() / s.median_s / 1e9
+        rows.append({"n": n, "dtype": str(dtype)[6:], "variant": name, "median_us": s.median_s * 1e6,
+                     "q1_us": s.q1_s * 1e6, "q3_us": s.q3_s * 1e6, "samples": s.samples, "method": s.method,
+                     "gbps": gbps, "pct_copy": 100 * gbps / peak, "speedup": base / s.median_s,
+                     "abs_err": errors[name], "tolerance": tol, "ok": errors[name] <= tol})
+    del x
+    torch.cuda.empty_cache()
+    return rows
+
+
+def short(n: int) -> str:
+    """10**7 -> '1e7'; other counts in full."""
+    return f"1e{len(str(n)) - 1}" if str(n).strip("0") == "1" else f"{n:,}"
+
+
+def table(rows: list[dict], peak: float) -> str:
+    """A markdown table: it reads in a terminal and renders in the repository."""
+    lines = [f"copy bandwidth (read + write): {peak:.0f} GB/s", "",
+             "| n | dtype | variant | time median (IQR) | GB/s | % copy | vs torch.sum | abs error ≤ tolerance |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {short(r['n'])} | {r['dtype']} | {r['variant']} | {r['median_us']:.1f} µs "
+                     f"({r['q1_us']:.1f}–{r['q3_us']:.1f}) | {r['gbps']:.0f} | {r['pct_copy']:.0f}% | "
+                     f"{r['speedup']:.2f}x | {r['abs_err']:.2g} ≤ {r['tolerance']:.2g}{'' if r['ok'] else ' FAIL'} |")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    """The issue's targets for the fast variant, float32."""
+    out = []
+    for n, (kind, factor) in TARGETS.items():
+        fast = next((r for r in rows if r["n"] == n and r["dtype"] == "float32" and r["variant"] == "fast"), None)
+        if fast is None:
+            continue
+        if kind == "time":
+            ratio = 1 / fast["speedup"]
+            ok, what = ratio <= factor, f"time {ratio:.2f}x torch.sum's (target <= {factor})"
+        else:
+            ok, what = fast["speedup"] >= factor, f"throughput {fast['speedup']:.2f}x torch.sum's (target >= {factor})"
+        out.append(f"{'PASS' if ok else 'MISS'} n={short(n)}: fast {what}")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1e7,1e8,1e9", help="comma-separated element counts")
+    parser.add_argument("--dtypes", default="float32", help="comma-separated: float32, float64")
+    parser.add_argument("--threads", type=int, default=256, help="threads per block for every variant")
+    parser.add_argument("--budget", type=float, default=0.5, help="seconds of timing per size (at least 30 samples)")
+    parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for the .json and .md (default $OUT)")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("no CUDA GPU visible: this benchmark runs on a GPU")
+    setup_env()
+    family = registry.find("sum")
+    spec = load_spec(family)
+    params = family.parse_params([f"threads={args.threads}"])
+    ops = {v.name: build(family, v, params)[0] for v in family.variants_for("cuda")}
+    env = {**environment(), "threads": args.threads}
+    peak = copy_bandwidth()
+    rows = []
+    for dtype in args.dtypes.split(","):
+        for n in (int(float(s)) for s in args.sizes.split(",")):
+            rows += measure(ops, spec, n, getattr(torch, dtype), peak, args.budget)
+    report = "\n".join([f"# sum ladder on {env['gpu']}", "",
+                        *(f"- {k}: {v}" for k, v in env.items()), "", table(rows, peak), "", *verdicts(rows)])
+    print(report)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = "sum-" + re.sub(r"[^a-z0-9]+", "-", env["gpu"].lower().replace("nvidia", "")).strip("-")  # sum-h200
+        (out / f"{stem}.md").write_text(report + "\n")
+        (out / f"{stem}.json").write_text(json.dumps({"env": env, "copy_gbps": peak, "rows": rows}, indent=1) + "\n")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
