@@ -40,6 +40,9 @@ def friendly(command):
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            err.print("[red]interrupted[/]")  # the child and its build are killed; the cache stays consistent
+            raise typer.Exit(130) from None
         except KplayError as e:
             if os.environ.get("KPLAY_DEBUG"):
                 raise
@@ -104,6 +107,7 @@ def run(
     seed: Annotated[int, typer.Option(help="Seed for the inputs.")] = 0,
     param: Params = None,
     timeout: Annotated[float, typer.Option(help="Seconds the kernel may run (builds excluded).")] = 120.0,
+    no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
     json_: Json = False,
     path: Path_ = None,
 ):
@@ -119,7 +123,7 @@ def run(
                    sizes=sizes, params=param or [], paths=path)
     runner.plan(**request)  # bad input fails here, before torch is imported
     with _progress() as on_event:
-        result = isolate.run(request, timeout, on_event)
+        result = isolate.run({**request, "bench": not no_bench}, timeout, on_event)
     if json_:
         print(json.dumps(result, indent=2))
     else:
@@ -177,6 +181,66 @@ def clean():
 
     freed = clear_cache()
     out.print(f"removed {freed / 1e6:.1f} MB from {cache_dir()}")
+
+
+Force = Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
+
+
+@app.command()
+@friendly
+def eject(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).")] = None,
+          device: Annotated[Optional[Device], typer.Option(help="Only this device's variants.")] = None,
+          variant: Variant = None, param: Params = None, force: Force = False, path: Path_ = None):
+    """Copy a kernel into a folder you edit: its sources rendered with your --param values, and its spec."""
+    from pathlib import Path
+
+    from playground.scaffold import eject as write
+
+    fam = registry.find(name, path)
+    devices = [device.value] if device and device != Device.auto else fam.devices
+    chosen = list({v.name: v for d in devices for v in fam.pick_variants(d, variant or "all")}.values())
+    target = Path(folder or fam.name)
+    for f in write(fam, target, chosen, fam.parse_params(param or []), force):
+        out.print(f"wrote {f}")
+    out.print(f"edit the sources, then: [b]kplay run {_as_path(target)}[/b]")
+
+
+@app.command()
+@friendly
+def new(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).")] = None,
+        force: Force = False):
+    """Scaffold a new kernel family (C++ op, reference, test sizes) that passes as it is."""
+    from pathlib import Path
+
+    from playground.scaffold import new as write
+
+    target = Path(folder or name)
+    for f in write(name, target, force):
+        out.print(f"wrote {f}")
+    out.print(f"try it: [b]kplay run {_as_path(target)}[/b]")
+
+
+@app.command()
+@friendly
+def export(name: str, folder: Annotated[str, typer.Argument(help="The package folder to write.")],
+           device: Device = Device.cpu, variant: Variant = None, param: Params = None, force: Force = False,
+           path: Path_ = None):
+    """Write a standalone pip-installable package (setup.py with CppExtension/CUDAExtension) for one variant."""
+    from pathlib import Path
+
+    from playground.scaffold import export as write
+
+    fam = registry.find(name, path)
+    dev = "cuda" if device == Device.auto else device.value
+    v = fam.pick_variants(dev, variant)[0]
+    for f in write(fam, Path(folder), v, fam.parse_params(param or []), force):
+        out.print(f"wrote {f}")
+    out.print(f"build and test it: [b]pip install --no-build-isolation {folder} && python -m pytest {folder}/tests[/b]")
+
+
+def _as_path(folder) -> str:
+    """A folder as `kplay run` reads it: a bare name would mean the built-in family."""
+    return str(folder) if folder.is_absolute() or str(folder).startswith(".") else f"./{folder}"
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ def families(extra: list[str] | None = None) -> dict[str, Family]:
 
 def find(name: str, extra: list[str] | None = None) -> Family:
     """A family by name, or by the path of its folder (an ejected or hand-made snippet)."""
-    if re.search(r"[/\\]", name) or name.startswith(".") or (Path(name) / "task.toml").exists():
+    if re.search(r"[/\\]", name) or name.startswith("."):
         return load_family(Path(name).expanduser().resolve())
     known = families(extra)
     if name in known:

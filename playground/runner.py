@@ -153,11 +153,11 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3) -> RunResult:
+def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench: bool = True) -> RunResult:
     """Build, check and time every chosen variant; the reference is timed in the same run."""
     import torch
 
-    from .timing import bench, copy_bandwidth
+    from .timing import copy_bandwidth
 
     device = resolve_device(p.device)
     fam, dtype = p.family, getattr(torch, p.dtype)
@@ -178,9 +178,9 @@ def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3) -> Ru
         stdout = checks[-1][1]
         checks = [c for c, _ in checks]
         result.variants.append(VariantResult(v.name, v.note, info, merge(checks), stdout=stdout))
-    if fam.bench:
+    if fam.bench and bench:
         on_event("phase", phase="time")
-        _time(spec, p, result, built, main, dtype, device, bench, budget_s)
+        _time(spec, p, result, built, main, dtype, device, budget_s)
         if hasattr(spec, "traffic") and device == "cuda":
             result.peak_gbps = copy_bandwidth(device)
             for r in result.variants:
@@ -188,7 +188,9 @@ def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3) -> Ru
     return result
 
 
-def _time(spec, p, result, built, inputs, dtype, device, bench, budget_s):
+def _time(spec, p, result, built, inputs, dtype, device, budget_s):
+    from .timing import bench
+
     fns = {v.variant: (lambda ops=built[v.variant][0], name=v.variant: spec.call(ops, name, *inputs)) for v in result.variants}
     if hasattr(spec, "baseline"):
         fns["\0baseline"] = lambda: spec.baseline(*inputs)
@@ -276,6 +278,5 @@ def _first_line(e: Exception) -> str:
 
 def run(name: str, **request) -> RunResult:
     """The notebook entry point: plan and execute in this process, e.g. run("sum", sizes={"n": 10**7})."""
-    budget = request.pop("budget_s", 0.3)
-    on_event = request.pop("on_event", lambda *a, **k: None)
-    return execute(plan(name, **request), on_event, budget)
+    options = {k: request.pop(k) for k in ("on_event", "budget_s", "bench") if k in request}
+    return execute(plan(name, **request), **options)

@@ -27,9 +27,9 @@ def main() -> None:
     from .errors import KplayError
 
     try:
-        budget = request.pop("budget_s", 0.3)
+        options = {k: request.pop(k) for k in ("budget_s", "bench") if k in request}
         p = runner.plan(request.pop("name"), **request)
-        result = runner.execute(p, lambda event, **data: send(event=event, **data), budget)
+        result = runner.execute(p, lambda event, **data: send(event=event, **data), **options)
         send(result=result.to_dict())
     except KplayError as e:
         send(error={"kind": type(e).__name__, "message": str(e), "details": getattr(e, "details", [])})

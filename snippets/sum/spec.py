@@ -23,7 +23,7 @@ def tolerance(x, dtype):
 
 
 def call(ops, variant, x):
-    return getattr(ops, "sum" if variant == "cpp" else f"sum_{variant.replace('-', '_')}")(x)
+    return ops.sum(x)  # every variant registers `sum` in its own build's namespace
 
 
 def baseline(x):

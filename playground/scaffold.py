@@ -1,0 +1,114 @@
+"""Files for the attendee: eject a family into an editable folder, start a new one, export a package."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from . import render
+from .errors import UsageError
+from .registry import Family, Variant
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, str):
+        return '"""\n' + v.strip() + '\n"""' if "\n" in v else json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def to_toml(data: dict, prefix: str = "") -> str:
+    """Enough TOML for task.toml: scalars, lists, tables and arrays of tables."""
+    lines, tables = [], []
+    for k, v in data.items():
+        if isinstance(v, dict):
+            tables.append(f"\n[{prefix}{k}]\n" + to_toml(v, f"{prefix}{k}."))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            tables += [f"\n[[{prefix}{k}]]\n" + to_toml(x) for x in v]
+        else:
+            lines.append(f"{k} = {_toml_value(v)}")
+    return "\n".join(lines) + ("\n" if lines else "") + "".join(tables)
+
+
+def _refuse_overwrite(paths: list[Path], force: bool) -> None:
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not force:
+        raise UsageError(f"will not overwrite {', '.join(existing)} (use --force)")
+
+
+def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, force: bool = False) -> list[Path]:
+    """Write the family's sources, rendered with these parameters, plus its spec, into folder."""
+    files = {name: text for v in variants for name, text in render.sources(fam, v, params).items()}
+    used = ", ".join(f"{k}={v}" for k, v in params.items())
+    task = {
+        "name": fam.name,
+        "summary": fam.summary + (f" (ejected with {used})" if used else " (ejected)"),
+        "note": fam.note,
+        "dtypes": list(fam.dtypes),
+        "bench": fam.bench,
+        **fam.extra,
+        "sizes": fam.sizes,
+        "test_sizes": list(fam.test_sizes),
+        "variants": {v.name: _variant_table(v) for v in variants},
+    }
+    files["task.toml"] = "# Ejected by kplay: edit the sources, then `kplay run .`\n" + to_toml(task)
+    files["spec.py"] = (fam.path / "spec.py").read_text()
+    targets = [folder / name for name in files]
+    _refuse_overwrite(targets, force)
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, text in zip(targets, files.values()):
+        path.write_text(text)
+    return targets
+
+
+def _variant_table(v: Variant) -> dict:
+    table = {"device": v.device, "sources": list(v.sources), "note": v.note}
+    for key in ("cflags", "cuda_cflags", "ldflags"):
+        if getattr(v, key):
+            table[key] = list(getattr(v, key))
+    return table
+
+
+def new(name: str, folder: Path, force: bool = False) -> list[Path]:
+    """A new family that passes as it is: an element-wise op with a reference and awkward test sizes."""
+    if not re.fullmatch(r"[A-Za-z_]\w*", name):
+        raise UsageError(f"kernel name '{name}': use letters, digits and _, not starting with a digit")
+    targets = []
+    for template in sorted(TEMPLATES.glob("new_*")):
+        target = folder / template.name.removeprefix("new_").replace("kernel", name)
+        targets.append(target)
+    _refuse_overwrite(targets, force)
+    folder.mkdir(parents=True, exist_ok=True)
+    for template, target in zip(sorted(TEMPLATES.glob("new_*")), targets):
+        target.write_text(template.read_text().replace("KERNEL", name))
+    return targets
+
+
+def export(fam: Family, folder: Path, variant: Variant, params: dict, force: bool = False) -> list[Path]:
+    """A pip-installable package: setup.py with CppExtension/CUDAExtension (the seeds' ahead-of-time path)."""
+    package = f"{fam.name}_ext"
+    cuda = any(s.endswith(".cu") for s in variant.sources)
+    files = {f"{package}/csrc/{n}": t for n, t in render.sources(fam, variant, params).items()}
+    if not files:
+        raise UsageError(f"{fam.name}/{variant.name} has no C++ sources to export")
+    sub = dict(PACKAGE=package, FAMILY=fam.name, VARIANT=variant.name, EXTENSION="CUDAExtension" if cuda else "CppExtension",
+               SOURCES=repr(sorted(files)), CFLAGS=repr(["-O3", "-std=c++20", *variant.cflags]),
+               NVCCFLAGS=repr(["-O3", "-std=c++20", *variant.cuda_cflags]), DEVICE=variant.device if variant.device != "any" else "cpu",
+               DTYPE=fam.dtypes[0])
+    for template in sorted(TEMPLATES.glob("export_*")):
+        target = template.name.removeprefix("export_").replace("PACKAGE", package).replace("+", "/")
+        files[target] = re.sub(r"@(\w+)@", lambda m: sub[m.group(1)], template.read_text())
+    files[f"{package}/spec.py"] = (fam.path / "spec.py").read_text()
+    targets = [folder / n for n in files]
+    _refuse_overwrite(targets, force)
+    for path, text in zip(targets, files.values()):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return targets
+

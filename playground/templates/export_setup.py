@@ -1,0 +1,26 @@
+"""@PACKAGE@: the @FAMILY@/@VARIANT@ kernel exported by kplay, built ahead of time.
+
+    pip install --no-build-isolation .     # needs torch installed first
+    python -m pytest tests
+"""
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, @EXTENSION@
+
+NS = "@PACKAGE@"  # the op library's name: torch.ops.@PACKAGE@
+
+setup(
+    name="@PACKAGE@",
+    version="0.1.0",
+    packages=["@PACKAGE@"],
+    package_data={"@PACKAGE@": ["csrc/*"]},
+    ext_modules=[
+        @EXTENSION@(
+            "@PACKAGE@._ops",
+            @SOURCES@,
+            define_macros=[("KPLAY_NS", NS)],
+            extra_compile_args={"cxx": @CFLAGS@, "nvcc": @NVCCFLAGS@},
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension},
+)
