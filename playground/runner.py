@@ -166,17 +166,16 @@ def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench
     built = {v.name: build(fam, v, p.params, on_event) for v in chosen}
     result = RunResult(fam.name, device, p.dtype, p.seed, p.sizes, p.params, torch.__version__)
     on_event("phase", phase="check")
-    cases = [{**p.sizes, **{k: v for k, v in t.items()}} for t in fam.test_sizes if "values" not in p.sizes]
+    cases = [{**p.sizes, **t} for t in fam.test_sizes if "values" not in p.sizes]
     main = _inputs(spec, p.sizes, dtype, device, p.seed)
     for v in chosen:
         ops, info = built[v.name]
-        checks = []
+        checks, stdout = [], ""
         for c in [*cases, p.sizes]:
             on_event("check", variant=v.name, case=_label(c, fam))
             inputs = main if c is p.sizes else _inputs(spec, c, dtype, device, p.seed)
-            checks.append(_check(spec, ops, v.name, inputs, dtype, _label(c, fam)))
-        stdout = checks[-1][1]
-        checks = [c for c, _ in checks]
+            check, stdout = _check(spec, ops, v.name, inputs, dtype, _label(c, fam))
+            checks.append(check)
         result.variants.append(VariantResult(v.name, v.note, info, merge(checks), stdout=stdout))
     if fam.bench and bench:
         on_event("phase", phase="time")

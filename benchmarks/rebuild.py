@@ -1,0 +1,88 @@
+"""The workshop loop, timed: eject, change one line, rebuild + check; next to plain load_inline.
+
+    python benchmarks/rebuild.py [--device cpu|cuda] [--variant NAME] [--out FILE]
+
+Each row is one fresh `kplay run DIR --no-bench` (a new process, as an attendee types it), so the
+time includes starting Python and importing torch. Plain load_inline compiles the same rendered
+source in a fresh process with the same flags and no kplay around it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-W", "ignore", str(ROOT / "cli.py")]
+
+
+def timed(cmd: list[str], env: dict) -> float:
+    t = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
+    return time.perf_counter() - t
+
+
+def plain_load_inline(folder: Path, sources: list[str], env: dict, tag: str) -> float:
+    """The same sources through load_inline alone, in a fresh process (import torch included)."""
+    cpp = [str(folder / s) for s in sources if not s.endswith(".cu")]
+    cu = [str(folder / s) for s in sources if s.endswith(".cu")]
+    code = (
+        "import sys; sys.path.insert(0, %r); from playground.build import setup_env, CXX_FLAGS, CUDA_FLAGS, compiler; setup_env()\n"
+        "from torch.utils.cpp_extension import load_inline; from pathlib import Path\n"
+        "cpp = [Path(p).read_text() for p in %r]; cu = [Path(p).read_text() for p in %r]\n"
+        "load_inline(name=%r, cpp_sources=cpp, cuda_sources=cu or None, no_implicit_headers=True, is_python_module=False,\n"
+        "  extra_cflags=[*CXX_FLAGS, *compiler()[1], '-DUSE_CUDA', '-DKPLAY_NS=%s'], extra_cuda_cflags=[*CUDA_FLAGS, '-DKPLAY_NS=%s'],\n"
+        "  build_directory=tempfile.mkdtemp())\n"
+    ) % (str(ROOT), cpp, cu, tag, tag, tag)
+    return timed([sys.executable, "-W", "ignore", "-c", "import tempfile\n" + code], env)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--variant", default=None)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    variant = args.variant or ("cpp" if args.device == "cpu" else "fast")
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "KPLAY_CACHE": f"{tmp}/cache"}
+        folder = Path(tmp) / "sum"
+        subprocess.run([*CLI, "eject", "sum", str(folder), "--device", args.device, "--variant", variant], env=env, check=True, capture_output=True)
+        run = [*CLI, "run", str(folder), "--device", args.device, "--variant", variant, "--no-bench", "--n", "1e6"]
+        sources = [p.name for p in folder.iterdir() if p.suffix in (".cpp", ".cu")]
+        kernel = folder / ("sum.cpp" if args.device == "cpu" else f"sum_{variant.replace('-', '_')}.cu")
+        original = kernel.read_text()
+        rows = [("first run (cold build + check)", timed(run, env))]
+        rows.append(("warm run (cached build + check)", timed(run, env)))
+        for k in (1, 2):  # a one-line change, twice, as an attendee iterates
+            kernel.write_text(original + f"// edit {k}\n")
+            rows.append((f"one-line edit {k}: rebuild + check", timed(run, env)))
+        kernel.write_text(original)
+        rows.append(("back to the original source (cache hit) + check", timed(run, env)))
+        rows.append(("plain load_inline of the same sources (build only)", plain_load_inline(folder, sources, env, "plain_a")))
+        kernel.write_text(original + "// edit 3\n")
+        rows.append(("plain load_inline after a one-line edit (build only)", plain_load_inline(folder, sources, env, "plain_b")))
+        rows.append(("`python -c 'import torch'` (the floor of any fresh run)", timed([sys.executable, "-c", "import torch"], env)))
+    import torch
+
+    lines = [f"# Rebuild loop: sum/{variant} on {args.device}, {datetime.date.today()}", "",
+             f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+             f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}", "",
+             "| step | seconds |", "|---|---|"] + [f"| {what} | {s:.2f} |" for what, s in rows]
+    report = "\n".join(lines) + "\n"
+    print(report)
+    if args.out:
+        args.out.write_text(report)
+
+
+if __name__ == "__main__":
+    main()

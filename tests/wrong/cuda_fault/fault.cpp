@@ -1,0 +1,18 @@
+// The binding of a kernel that faults: the fault surfaces at the next synchronize.
+#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+using torch::stable::Tensor;
+
+void launch_wild_write(float* out);
+
+Tensor sum(Tensor x) {
+  Tensor out = torch::stable::new_empty(x, {});
+  launch_wild_write(static_cast<float*>(out.mutable_data_ptr()));
+  return out;
+}
+
+STABLE_TORCH_LIBRARY(KPLAY_NS, m) { m.def("sum(Tensor x) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(KPLAY_NS, CUDA, m) { m.impl("sum", TORCH_BOX(&sum)); }
