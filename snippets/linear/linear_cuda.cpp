@@ -1,0 +1,117 @@
+// Custom linear layer on the GPU: the C++ binding shared by cuda-naive and cuda-tiled.
+// y = x W^T + b with W shaped (out_features, in_features) as in torch.nn.Linear.
+// Written against the stable ABI (torch/csrc/stable): it builds in about a second, and the kernels live
+// in a .cu file that includes only cuda_runtime.h, so nvcc never parses torch's headers.
+#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))  // only what torch 2.10 offers
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>  // aoti_torch_get_current_cuda_stream (-DUSE_CUDA)
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+#include <torch/headeronly/util/Exception.h>  // STD_TORCH_CHECK
+
+#include <cstdint>
+#include <tuple>
+#include <vector>
+
+namespace KPLAY_NS {
+
+// Defined in the variant's .cu file (naive.cu or tiled.cu): C[m][n] = sum_k A[m][k] B[n][k] (+ bias[n]),
+// every operand row-major and contiguous along k, with row strides lda, ldb, ldc.
+// Returns nullptr on success, else the CUDA error string.
+template <typename T>
+const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C,
+                             int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream);
+
+}  // namespace KPLAY_NS
+
+namespace {
+
+using torch::stable::Tensor;
+using torch::headeronly::ScalarType;
+
+void* current_stream(const Tensor& t) {
+  void* stream = nullptr;
+  // Compared by hand: torch 2.11's headers have no STABLE_TORCH_ERROR_CODE_CHECK.
+  STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream) == AOTI_TORCH_SUCCESS,
+                  "linear: could not get the current CUDA stream");
+  return stream;
+}
+
+void check_matrix(const Tensor& t, const Tensor& like, const char* name) {
+  STD_TORCH_CHECK(t.is_cuda(), "linear: ", name, " must be a CUDA tensor");
+  STD_TORCH_CHECK(t.get_device_index() == like.get_device_index(), "linear: ", name, " is on another GPU");
+  STD_TORCH_CHECK(t.scalar_type() == like.scalar_type(), "linear: ", name, " has another dtype");
+  STD_TORCH_CHECK(t.scalar_type() == ScalarType::Float || t.scalar_type() == ScalarType::Double,
+                  "linear: float32 or float64 only");
+}
+
+// C = A B^T (+ bias) for A (M, K) and B (N, K), both made contiguous here.
+Tensor matmul_nt(Tensor A, Tensor B, const Tensor* bias) {
+  A = torch::stable::contiguous(A);
+  B = torch::stable::contiguous(B);
+  const int64_t M = A.size(0), N = B.size(0), K = A.size(1);
+  Tensor C = torch::stable::new_empty(A, {M, N});
+  void* stream = current_stream(A);
+  const char* err;
+  if (A.scalar_type() == ScalarType::Float) {
+    err = KPLAY_NS::launch_matmul_nt<float>(A.const_data_ptr<float>(), K, B.const_data_ptr<float>(), K,
+                                            bias ? bias->const_data_ptr<float>() : nullptr,
+                                            C.mutable_data_ptr<float>(), N, M, N, K, stream);
+  } else {
+    err = KPLAY_NS::launch_matmul_nt<double>(A.const_data_ptr<double>(), K, B.const_data_ptr<double>(), K,
+                                             bias ? bias->const_data_ptr<double>() : nullptr,
+                                             C.mutable_data_ptr<double>(), N, M, N, K, stream);
+  }
+  STD_TORCH_CHECK(err == nullptr, "linear: matmul kernel failed: ", err);
+  return C;
+}
+
+Tensor linear_forward(Tensor x, Tensor weight, Tensor bias) {
+  check_matrix(x, x, "x");
+  check_matrix(weight, x, "weight");
+  check_matrix(bias, x, "bias");
+  STD_TORCH_CHECK(x.dim() == 2 && weight.dim() == 2, "linear: x is (batch, in), weight is (out, in)");
+  STD_TORCH_CHECK(x.size(1) == weight.size(1), "linear: x and weight disagree on in_features");
+  STD_TORCH_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear: bias is (out,)");
+  torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  bias = torch::stable::contiguous(bias);
+  // y[m][n] = sum_k x[m][k] W[n][k] + b[n]: x and W are both contiguous along k, as matmul_nt wants.
+  return matmul_nt(x, weight, &bias);
+}
+
+std::tuple<Tensor, Tensor, Tensor> linear_backward(Tensor grad_out, Tensor x, Tensor weight) {
+  check_matrix(x, x, "x");
+  check_matrix(grad_out, x, "grad_out");
+  check_matrix(weight, x, "weight");
+  STD_TORCH_CHECK(x.dim() == 2 && weight.dim() == 2 && grad_out.dim() == 2 && x.size(1) == weight.size(1) &&
+                      grad_out.size(0) == x.size(0) && grad_out.size(1) == weight.size(0),
+                  "linear: grad_out is (batch, out), x (batch, in), weight (out, in)");
+  torch::stable::accelerator::DeviceGuard guard(x.get_device_index());
+  using torch::stable::transpose;
+  // Each product is rewritten as A B^T with k contiguous, so one kernel serves all three; the
+  // transposed copies cost one pass over each operand, small next to the product itself.
+  Tensor gy = torch::stable::contiguous(grad_out);
+  Tensor gy_t = transpose(gy, 0, 1);  // (out, batch); matmul_nt makes its operands contiguous
+  Tensor grad_input = matmul_nt(gy, transpose(weight, 0, 1), nullptr);  // gy W: k runs over out
+  Tensor grad_weight = matmul_nt(gy_t, transpose(x, 0, 1), nullptr);    // gy^T x: k runs over batch
+  // The bias was added to every row: its gradient is the column sum of gy, a reduction (the sum
+  // family's subject), left to torch.
+  Tensor grad_bias = torch::stable::sum(gy, std::vector<int64_t>{0});
+  return {grad_input, grad_weight, grad_bias};
+}
+
+}  // namespace
+
+STABLE_TORCH_LIBRARY(KPLAY_NS, m) {
+  m.def("linear_forward(Tensor x, Tensor weight, Tensor bias) -> Tensor");
+  m.def("linear_backward(Tensor grad_out, Tensor x, Tensor weight) -> (Tensor, Tensor, Tensor)");
+}
+
+// Autograd is wired in spec.py (torch.library.register_autograd), which calls linear_backward.
+STABLE_TORCH_LIBRARY_IMPL(KPLAY_NS, CUDA, m) {
+  m.impl("linear_forward", TORCH_BOX(&linear_forward));
+  m.impl("linear_backward", TORCH_BOX(&linear_backward));
+}

@@ -1,0 +1,120 @@
+"""linear: y = x W^T + b against F.linear in float64; every variant is an autograd op."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+# kplay compares float32 arithmetic with float32 arithmetic: TF32 would round cuBLAS's inputs to 10
+# mantissa bits and make F.linear both faster and less accurate than the kernels it is timed against.
+torch.backends.cuda.matmul.allow_tf32 = False
+
+LAMBDA = 5  # the probabilistic bound below fails with probability about exp(-LAMBDA**2 / 2) per element
+
+
+def make_inputs(sizes, dtype, device, gen):
+    batch, fan_in, fan_out = sizes["batch"], sizes["in"], sizes["out"]
+    bound = 1 / math.sqrt(fan_in)  # torch.nn.Linear's initial range, so outputs stay O(1) at any size
+    x = torch.randn(batch, fan_in, generator=gen, dtype=dtype)
+    weight = (torch.rand(fan_out, fan_in, generator=gen, dtype=dtype) * 2 - 1) * bound
+    bias = (torch.rand(fan_out, generator=gen, dtype=dtype) * 2 - 1) * bound
+    return x.to(device), weight.to(device), bias.to(device)
+
+
+def reference(x, weight, bias):
+    return F.linear(x.double(), weight.double(), bias.double())
+
+
+def product_tolerance(a, b, dtype, extra=None):
+    """Error bound for the rows of a times the rows of b (A B^T, k along dim 1), plus a vector added.
+
+    A dot product of k terms in floating point errs by at most about LAMBDA * sqrt(k) * eps * sum|a_i b_i|
+    with high probability (Higham and Mary 2019, rounding errors as independent random variables);
+    sum|a_i b_i| <= |a| |b| (Cauchy-Schwarz) bounds it by the largest row norms, cheap to compute.
+    """
+    eps = torch.finfo(dtype).eps
+    k = a.shape[1]
+    norms = a.double().norm(dim=1).max().item() * b.double().norm(dim=1).max().item() if a.numel() else 0.0
+    if extra is not None:
+        norms += extra.double().abs().max().item()
+    return LAMBDA * math.sqrt(k + 1) * eps * norms
+
+
+def tolerance(x, weight, bias, dtype):
+    tol = product_tolerance(x, weight, dtype, extra=bias)
+    return tol, f"{LAMBDA}·sqrt(in+1)·eps·(max|x_m|·max|W_n|+max|b|) (probabilistic dot-product bound)"
+
+
+_wired: dict[str, object] = {}
+
+
+def autograd_op(ops):
+    """The forward op of a build, with linear_backward registered as its gradient (once per build)."""
+    forward = ops.linear_forward.default
+    name = forward.name()
+    if name not in _wired:
+        backward_op = ops.linear_backward.default
+
+        def setup_context(ctx, inputs, output):
+            x, weight, _ = inputs
+            ctx.save_for_backward(x, weight)
+
+        def backward(ctx, grad_out):
+            x, weight = ctx.saved_tensors
+            return backward_op(grad_out.contiguous(), x, weight)
+
+        torch.library.register_autograd(name, backward, setup_context=setup_context)
+        _wired[name] = forward
+    return _wired[name]
+
+
+def linear(ops, x, weight, bias):
+    """y = x W^T + b through a build's ops; differentiable in x, weight and bias."""
+    return autograd_op(ops)(x, weight, bias)
+
+
+class Linear(torch.nn.Linear):
+    """torch.nn.Linear whose forward (and backward) run a kplay-built op; x may have leading dims."""
+
+    def __init__(self, ops, in_features, out_features, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=True, device=device, dtype=dtype)
+        self.ops = ops
+
+    def forward(self, x):
+        y = linear(self.ops, x.reshape(-1, self.in_features), self.weight, self.bias)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+
+def call(ops, variant, x, weight, bias):
+    return linear(ops, x, weight, bias)
+
+
+def baseline(x, weight, bias):
+    return F.linear(x, weight, bias)
+
+
+def flops(sizes):
+    return 2 * sizes["batch"] * sizes["in"] * sizes["out"]
+
+
+def output_like(x, weight, bias):
+    return (torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype, device=x.device),)
+
+
+def gradients(fn, x, weight, bias, grad_out):
+    """(y, grad_x, grad_weight, grad_bias) of fn(x, weight, bias) for the upstream gradient grad_out."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in (x, weight, bias)]
+    y = fn(*leaves)
+    y.backward(grad_out)
+    return (y.detach(), *(t.grad for t in leaves))
+
+
+def gradient_tolerances(x, weight, bias, grad_out, dtype):
+    """Bounds for y, grad_x = gy W, grad_weight = gy^T x and grad_bias = column sums of gy."""
+    gy = grad_out
+    return (
+        product_tolerance(x, weight, dtype, extra=bias),
+        product_tolerance(gy, weight.t(), dtype),
+        product_tolerance(gy.t(), x.t(), dtype),
+        product_tolerance(gy.t(), torch.ones(1, gy.shape[0], dtype=dtype, device=gy.device), dtype),
+    )

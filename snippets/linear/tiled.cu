@@ -1,0 +1,170 @@
+// Tiled matmul for the linear layer: shared-memory tiles and a register block per thread.
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
+//
+// A block computes a BM x BN tile of C. It walks k in steps of BK: the block copies a BM x BK slice
+// of A and a BN x BK slice of B into shared memory (coalesced, 16-byte loads), then each thread
+// multiplies them into its own TM x TN block of C, kept in registers. Per step of k a thread reads
+// TM + TN values from shared memory and does TM * TN multiply-adds: 4 per value read at 8 x 8,
+// where the naive kernel does one per two reads from global memory.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace KPLAY_NS {
+
+constexpr int BM = {{block_m}};   // rows of C per block
+constexpr int BN = {{block_n}};   // columns of C per block
+constexpr int BK = {{block_k}};   // k per shared-memory step
+constexpr int TM = {{thread_m}};  // rows of C per thread
+constexpr int TN = {{thread_n}};  // columns of C per thread
+constexpr int THREADS = (BM / TM) * (BN / TN);
+constexpr int PAD = 4;  // shifts each k-row of a tile by 4 banks: the 2+ threads storing one m land apart
+static_assert(BM % TM == 0 && BN % TN == 0, "a block tile is a whole number of thread tiles");
+static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "threads move 4-vectors");
+static_assert(THREADS <= 1024, "at most 1024 threads per block");
+static_assert((BM + BN + 2 * PAD) * BK * sizeof(double) <= 48 * 1024,
+              "the float64 tiles exceed the 48 KB of static shared memory a block may have");
+
+// Four consecutive k of row r of P (R x K, row stride ld), zero outside the matrix so that a ragged
+// last tile adds nothing. One 16-byte load when T is float, the four are in bounds and aligned.
+template <typename T>
+__device__ __forceinline__ void load4(const T* __restrict__ P, int64_t ld, int r, int k, int R, int K,
+                                      bool vec, T (&v)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (vec && r < R && k + 4 <= K) {
+      const float4 q = *reinterpret_cast<const float4*>(P + r * ld + k);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+      return;
+    }
+  }
+  for (int j = 0; j < 4; ++j) v[j] = (r < R && k + j < K) ? P[r * ld + k + j] : T(0);
+}
+
+// Four consecutive values from shared memory: one 16-byte load for float.
+template <typename T>
+__device__ __forceinline__ void copy4(T* dst, const T* src) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 q = *reinterpret_cast<const float4*>(src);
+    dst[0] = q.x, dst[1] = q.y, dst[2] = q.z, dst[3] = q.w;
+  } else {
+    for (int j = 0; j < 4; ++j) dst[j] = src[j];
+  }
+}
+
+// Stores v to C[m][n..n+3], skipping columns past N. One 16-byte store when it can.
+template <typename T>
+__device__ __forceinline__ void store4(T* __restrict__ C, int64_t ldc, int m, int n, int N, bool vec,
+                                       const T (&v)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (vec && n + 4 <= N) {
+      *reinterpret_cast<float4*>(C + m * ldc + n) = make_float4(v[0], v[1], v[2], v[3]);
+      return;
+    }
+  }
+  for (int j = 0; j < 4; ++j)
+    if (n + j < N) C[m * ldc + n + j] = v[j];
+}
+
+// Thread (ty, tx) owns rows ty*4 + i%4 + (i/4)*(4*BM/TM) for i < TM, and the same for columns: groups
+// of 4 spaced 4*BM/TM apart instead of TM adjacent rows, so that the 16 threads of a warp that share
+// ty read 16 consecutive 4-vectors of a B tile row (no shared-memory bank conflicts).
+__device__ __forceinline__ int own_row(int ty, int i) { return ty * 4 + i % 4 + (i / 4) * (4 * BM / TM); }
+__device__ __forceinline__ int own_col(int tx, int j) { return tx * 4 + j % 4 + (j / 4) * (4 * BN / TN); }
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+matmul_nt_tiled(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
+                const T* __restrict__ B, int64_t ldb,  // (N, K), row stride ldb
+                const T* __restrict__ bias,            // (N,) or nullptr
+                T* __restrict__ C, int64_t ldc,        // (M, N), row stride ldc
+                int M, int N, int K,
+                bool vec_a, bool vec_b, bool vec_c) {  // rows 16-byte aligned: float4 allowed
+  // Both tiles are stored transposed, k-major (As[k][m]), so that the inner loop reads 4 consecutive
+  // m (or n) of one k with a single 16-byte load.
+  __shared__ __align__(16) T As[BK][BM + PAD];
+  __shared__ __align__(16) T Bs[BK][BN + PAD];
+
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+
+  T acc[TM][TN] = {};  // this thread's block of C
+
+  for (int k0 = 0; k0 < K; k0 += BK) {
+    // Copy: each step of a thread moves 4 consecutive k of one row; neighbouring threads take the
+    // next 4 k, then the next row, so a warp reads whole 32-byte sectors of global memory.
+    for (int i = threadIdx.x; i < BM * BK / 4; i += THREADS) {
+      const int r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+      T v[4];
+      load4(A, lda, m0 + r, k0 + k, M, K, vec_a, v);
+      for (int j = 0; j < 4; ++j) As[k + j][r] = v[j];
+    }
+    for (int i = threadIdx.x; i < BN * BK / 4; i += THREADS) {
+      const int r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+      T v[4];
+      load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, v);
+      for (int j = 0; j < 4; ++j) Bs[k + j][r] = v[j];
+    }
+    __syncthreads();  // the tiles are complete
+
+#pragma unroll
+    for (int k = 0; k < BK; ++k) {
+      T a[TM], b[TN];  // one column of the A tile and one row of the B tile, in registers
+#pragma unroll
+      for (int i = 0; i < TM; i += 4) copy4(a + i, &As[k][own_row(ty, i)]);
+#pragma unroll
+      for (int j = 0; j < TN; j += 4) copy4(b + j, &Bs[k][own_col(tx, j)]);
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+    }
+    __syncthreads();  // everyone is done with the tiles before the next step overwrites them
+  }
+
+  T bias_reg[TN];
+#pragma unroll
+  for (int j = 0; j < TN; ++j) {
+    const int n = n0 + own_col(tx, j);
+    bias_reg[j] = (bias != nullptr && n < N) ? bias[n] : T(0);
+  }
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const int m = m0 + own_row(ty, i);
+    if (m >= M) continue;  // the last block row overhangs the matrix
+#pragma unroll
+    for (int j = 0; j < TN; j += 4) {
+      const T v[4] = {acc[i][j] + bias_reg[j], acc[i][j + 1] + bias_reg[j + 1],
+                      acc[i][j + 2] + bias_reg[j + 2], acc[i][j + 3] + bias_reg[j + 3]};
+      store4(C, ldc, m, n0 + own_col(tx, j), N, vec_c, v);
+    }
+  }
+}
+
+// float4 needs the row stride to be a multiple of 4 elements and the base 16-byte aligned.
+template <typename T>
+bool rows_aligned(const T* p, int64_t ld) {
+  return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+template <typename T>
+const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C,
+                             int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
+  if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
+  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "linear: a dimension exceeds 2^31 - 1";
+  if ((M + BM - 1) / BM > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
+  const dim3 blocks(unsigned((N + BN - 1) / BN), unsigned((M + BM - 1) / BM));
+  matmul_nt_tiled<T><<<blocks, THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
+      A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K), rows_aligned(A, lda), rows_aligned(B, ldb),
+      rows_aligned(C, ldc));
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+template const char* launch_matmul_nt<float>(const float*, int64_t, const float*, int64_t, const float*,
+                                             float*, int64_t, int64_t, int64_t, int64_t, void*);
+template const char* launch_matmul_nt<double>(const double*, int64_t, const double*, int64_t,
+                                              const double*, double*, int64_t, int64_t, int64_t, int64_t,
+                                              void*);
+
+}  // namespace KPLAY_NS

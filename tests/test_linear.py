@@ -1,0 +1,253 @@
+"""linear: output and all three gradients against F.linear in float64, gradcheck, awkward shapes,
+the nn.Module wrapper, the checker on known-wrong layers; CUDA sources compile without a GPU."""
+
+import json
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import playground
+from playground import registry, runner
+from playground.build import cuda_home
+from playground.check import compare
+
+FAMILY = registry.find("linear")
+spec = runner.load_spec(FAMILY)
+CUDA_VARIANTS = ["cuda-naive", "cuda-tiled"]
+
+# (batch, in, out): 1s, primes, not multiples of the 128-wide tiles nor of the 4-wide vector loads.
+SHAPES = [(1, 17, 1023), (17, 1023, 1), (1023, 1, 17), (1000, 1000, 1023), (4, 3, 5), (130, 260, 129)]
+
+
+def seeded(shape, dtype, device="cpu", seed=0):
+    """Inputs as kplay makes them, plus an upstream gradient."""
+    batch, fan_in, fan_out = shape
+    gen = torch.Generator().manual_seed(seed)
+    x, w, b = spec.make_inputs({"batch": batch, "in": fan_in, "out": fan_out}, dtype, "cpu", gen)
+    gy = torch.randn(batch, fan_out, generator=gen, dtype=dtype)
+    return [t.to(device) for t in (x, w, b, gy)]
+
+
+def mismatches(fn, x, w, b, gy):
+    """Names of the outputs of fn (y and the three gradients) that miss the float64 F.linear by more than the bound."""
+    got = spec.gradients(fn, x, w, b, gy)
+    ref = spec.gradients(F.linear, *(t.double() for t in (x, w, b, gy)))
+    tols = spec.gradient_tolerances(x, w, b, gy, x.dtype)
+    names = ["y", "grad_input", "grad_weight", "grad_bias"]
+    bad = []
+    for name, g, r, tol in zip(names, got, ref, tols):
+        if g is None or g.shape != r.shape or g.dtype != x.dtype:
+            bad.append(f"{name}: {None if g is None else (tuple(g.shape), g.dtype)}")
+        elif not (g.double() - r).abs().max().item() <= tol:  # NaN fails too
+            bad.append(f"{name}: err {(g.double() - r).abs().max().item():.3g} > {tol:.3g}")
+    return bad
+
+
+@pytest.fixture(scope="module")
+def cpp():
+    return playground.load("linear", variant="cpp", device="cpu")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_cpp_output_and_gradients_match_F_linear(cpp, shape, dtype):
+    x, w, b, gy = seeded(shape, dtype)
+    assert mismatches(lambda *a: spec.linear(cpp, *a), x, w, b, gy) == []
+
+
+def test_cpp_gradcheck_float64(cpp):
+    x, w, b, _ = (t.requires_grad_() for t in seeded((5, 7, 3), torch.float64))
+    assert torch.autograd.gradcheck(lambda *a: spec.linear(cpp, *a), (x, w, b))
+
+
+def test_cpp_leaves_inputs_untouched_and_takes_views(cpp):
+    x, w, b, _ = seeded((33, 40, 9), torch.float32)
+    before = [t.clone() for t in (x, w, b)]
+    xs = torch.randn(40, 18)[:, ::2].t()  # strided: every other column, transposed
+    wt = w.t().contiguous().t()  # the same weight, stored column-major
+    torch.testing.assert_close(spec.linear(cpp, xs, wt, b), F.linear(xs, w, b))
+    spec.linear(cpp, x, w, b)
+    assert all(torch.equal(a, c) for a, c in zip(before, (x, w, b)))
+
+
+def test_module_wrapper_trains_like_nn_linear(cpp):
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(6, 4)
+    mine = spec.Linear(cpp, 6, 4)
+    mine.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 3, 6)  # leading dims, as nn.Linear takes
+    for layer in (ref, mine):
+        layer(x).square().sum().backward()
+    torch.testing.assert_close(mine(x), ref(x))
+    assert mine.weight.shape == (4, 6)  # (out_features, in_features), as in nn.Linear
+    for p, q in zip(mine.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+
+
+def test_seed_weight_layout_is_rejected(cpp):
+    # Seed 002 built weight = randn(3, 5) for input (10, 3): (in, out), which addmm(b, x, W^T) cannot take.
+    with pytest.raises(RuntimeError, match="features"):
+        cpp.linear_forward(torch.randn(10, 3), torch.randn(3, 5), torch.randn(5))
+
+
+def test_api_run_reports_gflops_against_F_linear():
+    r = playground.run("linear", sizes={"batch": 64, "in": 48, "out": 40}, device="cpu", budget_s=0.02)
+    v = r.variants[0]
+    assert r.ok and v.variant == "cpp" and len(v.check.cases) == len(FAMILY.test_sizes) + 1
+    assert v.gflops > 0 and r.baseline_gflops > 0 and v.speedup == pytest.approx(r.baseline.median_s / v.time.median_s)
+
+
+def test_cli_run(kplay):
+    result = kplay("run", "linear", "--device", "cpu", "--batch", 33, "--in", 17, "--out", 9, "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["sizes"] == {"batch": 33, "in": 17, "out": 9} and out["variants"][0]["gflops"] > 0
+
+
+# Known-wrong layers: the checks must fail them. One is built and run through the CLI; the others are
+# plain PyTorch, since what is tested is the checker (tolerance and comparison), not the compiler.
+def test_checker_fails_a_layer_that_skips_the_last_k(kplay, tmp_path):
+    folder = tmp_path / "linear-skip-last-k"
+    shutil.copytree(FAMILY.path, folder)
+    src = folder / "linear.cpp"
+    good = "return at::addmm(bias, x, weight.t());"
+    assert good in src.read_text()
+    k = "x.size(1) - 1"
+    src.write_text(src.read_text().replace(good, f"return at::addmm(bias, x.narrow(1, 0, {k}), weight.narrow(1, 0, {k}).t());"))
+    result = kplay("run", folder, "--device", "cpu", "--batch", 64, "--in", 256, "--out", 32, "--json")
+    assert result.exit_code == 1, result.output
+    check = json.loads(result.stdout)["variants"][0]["check"]
+    assert not check["ok"] and check["mismatches"]
+
+
+def bf16_linear(x, w, b):
+    return F.linear(x.bfloat16(), w.bfloat16(), b.bfloat16()).to(x.dtype)
+
+
+WRONG_FORWARD = {
+    "no_bias": lambda x, w, b: x @ w.t(),
+    "skip_first_k": lambda x, w, b: F.linear(x[:, 1:], w[:, 1:], b),
+    "bf16": bf16_linear,
+}
+
+
+@pytest.mark.parametrize("name", WRONG_FORWARD)
+@pytest.mark.parametrize("shape", [(64, 256, 32), (1024, 4096, 64)], ids=str)
+def test_tolerance_fails_wrong_forward(name, shape):
+    x, w, b, _ = seeded(shape, torch.float32)
+    tol, _ = spec.tolerance(x, w, b, torch.float32)
+    check = compare(WRONG_FORWARD[name](x, w, b), spec.reference(x, w, b), tol, "")
+    assert not check.ok and check.max_abs_err > tol
+    assert compare(F.linear(x, w, b), spec.reference(x, w, b), tol, "").ok  # F.linear itself passes
+
+
+class WrongBackward(torch.autograd.Function):
+    """F.linear's forward with a broken backward, chosen by `bug`."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, bug):
+        ctx.save_for_backward(x, w)
+        ctx.bug = bug
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        grads = {"grad_input": gy @ w, "grad_weight": gy.t() @ x, "grad_bias": gy.sum(0)}
+        if ctx.bug == "seed_comma_operator":  # `return gi, gw, gb;` in C++ returns gb alone
+            return None, None, grads["grad_bias"], None
+        if ctx.bug == "bias_mean":
+            grads["grad_bias"] = gy.mean(0)
+        if ctx.bug == "grad_input_of_transposed_W":  # the right shape only because in == out
+            grads["grad_input"] = gy @ w.t()
+        return grads["grad_input"], grads["grad_weight"], grads["grad_bias"], None
+
+
+@pytest.mark.parametrize("bug", ["seed_comma_operator", "bias_mean", "grad_input_of_transposed_W"])
+def test_gradient_checks_fail_wrong_backward(bug):
+    x, w, b, gy = seeded((6, 5, 5), torch.float32)
+    assert mismatches(F.linear, x, w, b, gy) == []
+    assert mismatches(lambda *a: WrongBackward.apply(*a, bug), x, w, b, gy)
+
+
+# CUDA: the sources compile on any machine with nvcc (no GPU: for sm_90); correctness needs a GPU.
+@pytest.mark.parametrize("variant, params", [
+    ("cuda-naive", {}),
+    ("cuda-tiled", {}),
+    ("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}),
+], ids=["naive", "tiled", "tiled-64x64"])
+def test_cuda_sources_compile(variant, params):
+    if cuda_home() is None:
+        pytest.skip("no CUDA toolkit (nvcc, cuda_runtime.h)")
+    ops = playground.load("linear", variant=variant, device="cuda", params=params)
+    assert hasattr(ops, "linear_forward") and hasattr(ops, "linear_backward")
+
+
+@pytest.fixture(scope="module", params=CUDA_VARIANTS)
+def cuda_ops(request):
+    return request.param, playground.load("linear", variant=request.param, device="cuda")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_cuda_output_and_gradients_match_F_linear(cuda_ops, shape, dtype):
+    _, ops = cuda_ops
+    x, w, b, gy = seeded(shape, dtype, "cuda")
+    assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy) == []
+
+
+@pytest.mark.cuda
+def test_cuda_gradcheck_float64(cuda_ops):
+    _, ops = cuda_ops
+    x, w, b, _ = (t.requires_grad_() for t in seeded((5, 7, 3), torch.float64, "cuda"))
+    assert torch.autograd.gradcheck(lambda *a: spec.linear(ops, *a), (x, w, b))
+
+
+@pytest.mark.cuda
+def test_cuda_misaligned_and_strided_inputs(cuda_ops):
+    _, ops = cuda_ops
+    batch, fan_in, fan_out = 129, 260, 131
+    # Dense but 4 bytes past a 16-byte boundary: the tiled kernel must fall back from float4 loads.
+    x = torch.randn(batch * fan_in + 1, device="cuda")[1:].view(batch, fan_in)
+    w = torch.randn(fan_in, fan_out, device="cuda").t()  # a transposed view
+    b = torch.randn(2 * fan_out, device="cuda")[::2]
+    ref = F.linear(x.double(), w.double(), b.double())
+    assert (spec.linear(ops, x, w, b).double() - ref).abs().max().item() <= spec.product_tolerance(x, w, torch.float32, b)
+
+
+@pytest.mark.cuda
+def test_cuda_module_wrapper(cuda_ops):
+    _, ops = cuda_ops
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(70, 33, device="cuda")
+    mine = spec.Linear(ops, 70, 33, device="cuda")
+    mine.load_state_dict(ref.state_dict())
+    x = torch.randn(3, 5, 70, device="cuda")
+    for layer in (ref, mine):
+        layer(x).square().sum().backward()
+    torch.testing.assert_close(mine(x), ref(x), rtol=1e-5, atol=1e-5)
+    for p, q in zip(mine.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("params", [
+    {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4},
+    {"block_m": 128, "block_n": 64, "block_k": 16, "thread_m": 8, "thread_n": 4},
+], ids=["64x64x16-4x4", "128x64x16-8x4"])
+def test_cuda_tiled_other_tiles(params):
+    ops = playground.load("linear", variant="cuda-tiled", device="cuda", params=params)
+    for shape in [(1, 17, 1023), (1000, 1000, 1023), (130, 260, 129)]:
+        x, w, b, gy = seeded(shape, torch.float32, "cuda")
+        assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy) == [], (params, shape)
+
+
+@pytest.mark.cuda
+def test_cuda_api_run_all_variants():
+    r = playground.run("linear", sizes={"batch": 512, "in": 384, "out": 640}, device="cuda", variant="all",
+                       budget_s=0.05)
+    assert r.ok and [v.variant for v in r.variants] == CUDA_VARIANTS
+    assert all(v.gflops > 0 for v in r.variants) and r.baseline_gflops > 0
