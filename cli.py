@@ -133,6 +133,88 @@ def run(
     raise typer.Exit(result["exit_code"])
 
 
+@app.command()
+@friendly
+def bench(
+    name: Annotated[str, typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.")],
+    sizes: Annotated[Optional[str], typer.Option(help="1e3,1e4,1e5 (a list), 1e3..1e9 (powers of ten) or 1e3..1e9:x2.")] = None,
+    over: Annotated[Optional[str], typer.Option(help="The size to sweep (default: task.toml's \\[bench] size, else the first size).")] = None,
+    tie: Annotated[Optional[str], typer.Option(help="Sizes that follow the swept one, e.g. in,out (linear).")] = None,
+    size: Annotated[Optional[list[str]], typer.Option(help="A fixed size NAME=VALUE for the other sizes.")] = None,
+    device: Annotated[Device, typer.Option(help="auto picks cuda when a GPU is there.")] = Device.auto,
+    variant: Annotated[str, typer.Option(help="Variant name, or 'all'.")] = "all",
+    dtype: Annotated[Optional[str], typer.Option(help="float32, float64, ... (kernel's first by default).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for the inputs.")] = 0,
+    param: Params = None,
+    timeout: Annotated[float, typer.Option(help="Seconds each point may run (builds excluded).")] = 120.0,
+    json_: Json = False,
+    csv: Annotated[Optional[str], typer.Option(help="Write one row per (size, variant) to this CSV file.")] = None,
+    plot: Annotated[Optional[str], typer.Option(help="Write the chart to this PNG file (needs matplotlib).")] = None,
+    path: Path_ = None,
+):
+    """Sweep one size: each point a full run (check and timing); a table, a chart, and optionally a PNG."""
+    from playground import sweep
+
+    if plot:
+        from playground.plot import require
+
+        require()
+    fixed = {key: value for key, _, value in (pair.partition("=") for pair in size or [])}
+    base = dict(name=name, device=device.value, variant=variant, dtype=dtype, seed=seed, sizes=fixed, params=param or [], paths=path)
+    tied = None if tie is None else [t for t in tie.split(",") if t]
+    swept = sweep.settings(registry.find(name, path), over, tied, sizes)
+    points = sweep.requests(base, swept)  # every point validated before torch is imported
+    with _sweep_progress(len(points), swept.key) as (on_point, on_event):
+        records, error = sweep.run(points, timeout, on_point, on_event)
+    if json_:
+        print(json.dumps(records, indent=2))
+    elif records:
+        from playground.report import sweep_chart, sweep_table
+
+        out.print(sweep_table(records, swept.key))
+        out.print(sweep_chart(records, swept.key))
+    if csv and records:
+        sweep.write_csv(records, csv)
+    if plot and any("skipped" not in r for r in records):
+        from playground.plot import save
+
+        save(records, swept.key, plot)
+    if error:
+        raise error
+    raise typer.Exit(0 if all(r.get("ok", True) for r in records) else 1)
+
+
+def _sweep_progress(total: int, key: str):
+    """A bar over the points, the current step of the current point beside it."""
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextmanager
+    def manager():
+        with Progress(TextColumn("{task.fields[point]}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                      TimeElapsedColumn(), console=err, transient=True) as progress:
+            task = progress.add_task("starting", total=total, point="")
+
+            def on_point(k, request):
+                progress.update(task, completed=k, point=f"{key}={request['sizes'][key]:,}", description="starting (importing torch)")
+
+            def on_event(event, **data):
+                if event == "build_start":
+                    progress.update(task, description=f"compiling {data['variant']}")
+                elif event == "build_done" and not data["cached"]:
+                    progress.console.print(f"[green]✓[/] {data['variant']}: compiled in {data['seconds']:.1f} s", highlight=False)
+                elif event == "check":
+                    progress.update(task, description=f"checking {data['variant']} at {data['case']}")
+                elif event == "phase" and data["phase"] == "time":
+                    progress.update(task, description="timing")
+
+            yield on_point, on_event
+            progress.update(task, completed=total)
+
+    return manager()
+
+
 def _progress():
     """A spinner with elapsed seconds while compiling; one line per finished build."""
     from contextlib import contextmanager

@@ -110,3 +110,110 @@ def checks_table(rows: list[tuple[str, bool, str]]) -> Table:
     for what, ok, detail in rows:
         table.add_row("[green]OK[/]" if ok else "[red]FIX[/]", what, detail)
     return table
+
+
+# ---- sweeps (kplay bench) ---------------------------------------------------------------------------------
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
+
+
+def short(n: int) -> str:
+    """An axis label of a few characters: 1000 -> 1e3, 2048 -> 2048, 250000 -> 2.5e5."""
+    exp = len(str(n)) - 1
+    if n >= 1000 and n == 10**exp:
+        return f"1e{exp}"
+    return str(n) if n < 10_000 else f"{n / 10**exp:.2g}e{exp}"
+
+
+def sweep_table(records: list[dict], key: str) -> Group:
+    """Size × variant: check, time, throughput, speedup; one section per size, then the skipped points."""
+    from .sweep import axis, metric
+
+    field, label = metric(records)
+    done = [r for r in records if "skipped" not in r]
+    first = done[0] if done else {"family": records[0]["family"], "device": "", "dtype": "", "params": {}}
+    swept, fixed = axis(records, key)
+    others = " ".join(f"{k}={v:,}" for k, v in fixed.items())
+    title = f"[b]{first['family']}[/b] · {first['device']} · {first['dtype']} · {swept} swept" + (f" · {others}" if others else "")
+    pct = field == "gbps" and first["device"] == "cuda"
+    table = Table(title=title, title_justify="left")
+    for col, right in ((swept, True), ("variant", False), ("check", False), ("time", True), ("± IQR/2", True)):
+        table.add_column(col, justify="right" if right else "left")
+    if field != "time":
+        table.add_column(label, justify="right")
+    if pct:
+        table.add_column("% copy", justify="right")
+    table.add_column("speedup", justify="right")
+    for r in records:
+        size = f"{r['sizes'][key]:,}"
+        if "skipped" in r:
+            table.add_row(size, Text("skipped", style="yellow"), end_section=True)
+            continue
+        lines = [(v["variant"], "[green]PASS[/]" if v["check"]["ok"] else "[red]FAIL[/]", v["time"], v.get(field),
+                  v["pct_peak"], v["speedup"]) for v in r["variants"]]
+        if r["baseline"]:
+            base = r.get(f"baseline_{field}")
+            lines.append(("[dim]PyTorch[/]", "", r["baseline"], base, base and r["peak_gbps"] and 100 * base / r["peak_gbps"], 1.0))
+        for k, (name, check, stats, value, peak, speedup) in enumerate(lines):
+            row = [size if k == 0 else "", name, check, *_time(stats)]
+            if field != "time":
+                row.append(_rate(value))
+            if pct:
+                row.append(_num(peak, "{:.0f}%"))
+            row.append(_num(speedup, "{:.2f}×"))
+            table.add_row(*row, end_section=k == len(lines) - 1)
+    notes = [Text(f"{key}={r['sizes'][key]:,} skipped: {r['skipped']}", style="yellow") for r in records if "skipped" in r]
+    return Group(table, *notes)
+
+
+def _rate(x: float | None) -> str:
+    """3 significant digits, without an exponent: 0.657, 46.1, 3,860."""
+    return "-" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def sweep_chart(records: list[dict], key: str) -> Group:
+    """One sparkline per variant: the throughput (or time) at each size, on a common scale."""
+    from .sweep import axis, metric, series
+
+    field, label = metric(records)
+    lines = series(records, key, field)
+    values = [v for points in lines.values() for _, v in points]
+    if not values:
+        return Group()
+    peak = next((r["peak_gbps"] for r in records if r.get("peak_gbps")), None) if field == "gbps" else None
+    low, high = min(values), max(values + [peak or 0])
+    log = high / max(low, 1e-30) > 100  # six decades of GB/s on a GPU: a linear scale shows only the top
+    sizes = sorted({n for points in lines.values() for n, _ in points})
+    chart = Table(box=None, pad_edge=False, show_edge=False)
+    chart.add_column("")
+    for n in sizes:
+        chart.add_column(short(n), justify="center", min_width=3, no_wrap=True)
+    best = max if field != "time" else min
+    chart.add_column("best", justify="right")
+    for i, (name, points) in enumerate(lines.items()):
+        at = dict(points)
+        color = "white" if name == "PyTorch" else COLORS[i % len(COLORS)]
+        cells = [_block(at[n], low, high, log, max(3, len(short(n)))) if n in at else "" for n in sizes]
+        n, v = best(points, key=lambda p: p[1])
+        chart.add_row(name, *(Text(c, style=color) for c in cells), f"{_value(v, field)} at {short(n)}")
+    scale = "log scale" if log else "linear scale"
+    top = f"{_value(high, field)} {'(copy bandwidth, measured)' if peak and high == peak else ''}".strip()
+    head = Text(f"{label} against {axis(records, key)[0]} ({scale}: ▁ = {_value(low, field)}, █ = {top})", style="dim")
+    return Group(head, chart)
+
+
+def _block(value: float, low: float, high: float, log: bool, width: int) -> str:
+    import math
+
+    if high <= low:
+        level = len(BLOCKS) - 1
+    elif log:
+        level = round((len(BLOCKS) - 1) * math.log(value / low) / math.log(high / low))
+    else:
+        level = max(0, math.ceil(len(BLOCKS) * value / high) - 1)
+    return BLOCKS[level] * width
+
+
+def _value(v: float, field: str) -> str:
+    return seconds(v) if field == "time" else f"{_rate(v)} {'GB/s' if field == 'gbps' else 'GFLOP/s'}"
