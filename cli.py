@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from playground import registry
 from playground.errors import KplayError
@@ -46,7 +47,7 @@ def friendly(command):
         except KplayError as e:
             if os.environ.get("KPLAY_DEBUG"):
                 raise
-            err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
+            err.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
             for line in getattr(e, "details", []):
                 err.print(line, highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(e.exit_code) from None

@@ -33,3 +33,8 @@ def sources(family: Family, variant: Variant, params: dict) -> dict[str, str]:
             raise UsageError(f"{family.name}/{variant.name}: source {path} does not exist") from None
         out[name] = render(text, params, where=str(path))
     return out
+
+
+def uses(family: Family, variant: Variant, param: str) -> bool:
+    """Whether a variant's sources mention {{param}} (the report shows only the parameters in play)."""
+    return any(param in PLACEHOLDER.findall((family.path / n).read_text()) for n in variant.sources)

@@ -51,7 +51,8 @@ def run_report(r: dict) -> Group:
                 table.add_column("% copy", justify="right")
         if gf:
             table.add_column("GFLOP/s", justify="right")
-        table.add_column("speedup", justify="right")
+        table.add_column("% of PyTorch" if gf else "speedup", justify="right")
+    speed = "{:.0%}" if gf else "{:.2f}×"  # compute-bound kernels read as a fraction of cuBLAS/MKL
     for v in r["variants"]:
         c = v["check"]
         err = "inf" if c["max_abs_err"] is None else f"{c['max_abs_err']:.2g}"
@@ -62,7 +63,7 @@ def run_report(r: dict) -> Group:
                 row += [_num(v["gbps"])] + ([_num(v["pct_peak"], "{:.0f}%")] if cuda else [])
             if gf:
                 row.append(_num(v["gflops"]))
-            row.append(_num(v["speedup"], "{:.2f}×"))
+            row.append(_num(v["speedup"], speed))
         table.add_row(*row)
     if r["baseline"]:
         row = ["[dim]PyTorch[/]", "", "", *_time(r["baseline"])]
@@ -71,7 +72,7 @@ def run_report(r: dict) -> Group:
             row += [_num(r["baseline_gbps"])] + ([_num(pct, "{:.0f}%")] if cuda else [])
         if gf:
             row.append(_num(r["baseline_gflops"]))
-        table.add_row(*row, "1.00×")
+        table.add_row(*row, speed.format(1))
     return Group(table, *_notes(r))
 
 

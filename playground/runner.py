@@ -6,7 +6,7 @@ import importlib.util
 import re
 from dataclasses import asdict, dataclass, field
 
-from . import registry
+from . import registry, render
 from .build import BuildInfo, build
 from .check import Check, compare, failed, merge
 from .errors import CHECK_FAILED, PASSED, KernelCrash, UsageError
@@ -164,7 +164,8 @@ def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench
     chosen = fam.pick_variants(device, p.variant)
     spec = load_spec(fam)
     built = {v.name: build(fam, v, p.params, on_event) for v in chosen}
-    result = RunResult(fam.name, device, p.dtype, p.seed, p.sizes, p.params, torch.__version__)
+    used = {k: v for k, v in p.params.items() if any(render.uses(fam, c, k) for c in chosen)}
+    result = RunResult(fam.name, device, p.dtype, p.seed, p.sizes, used, torch.__version__)
     on_event("phase", phase="check")
     cases = [{**p.sizes, **t} for t in fam.test_sizes if "values" not in p.sizes]
     main = _inputs(spec, p.sizes, dtype, device, p.seed)
@@ -212,7 +213,7 @@ def _time(spec, p, result, built, inputs, dtype, device, budget_s):
 
 
 def _label(sizes: dict, fam) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
+    return " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
 
 
 def _inputs(spec, sizes, dtype, device, seed):
