@@ -65,7 +65,7 @@ class Family:
     test_sizes: tuple[dict, ...]
     params: dict[str, Param]
     variants: dict[str, Variant]
-    bench: bool = True
+    bench: bool | dict = True  # false: check only; a [bench] table: time it, and how kplay bench sweeps it
     default_variant: str = ""
     extra: dict = field(default_factory=dict)
 
