@@ -1,0 +1,153 @@
+// LLTM's pointwise work as one CUDA kernel per direction, as in the tutorial's lltm_cuda_kernel.cu:
+// helpers, the forward kernel, the backward kernel, host launchers. The matmuls stay in lltm.cpp (cuBLAS).
+// This file includes no torch header: the launchers take raw pointers, so nvcc compiles it in about a
+// second (the tutorial's, with torch/extension.h, takes 30 to 90 s).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+// Threads per block along the state dimension (the tutorial uses 1024).
+constexpr int kThreads = {{threads}};
+
+// The tutorial's helpers, typed scalar_t throughout. Its elu, fmax(0.0, z) + fmin(0.0, exp(z) - 1.0), is
+// fmaxf / fminf in extension-cpp: float32 functions that round float64 and fail its gradcheck (#42).
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t sigmoid(scalar_t z) {
+  return scalar_t(1) / (scalar_t(1) + exp(-z));
+}
+
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t elu(scalar_t z) {
+  return z > scalar_t(0) ? z : expm1(z);  // alpha = 1; expm1 keeps the digits exp(z) - 1 loses near 0
+}
+
+// The derivatives, from the activations' outputs (which the forward keeps):
+// sigmoid'(z) = s (1 - s), tanh'(z) = 1 - t^2, elu'(z) = 1 if z > 0 else exp(z) = elu(z) + 1.
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t d_sigmoid(scalar_t s) {
+  return s * (scalar_t(1) - s);
+}
+
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t d_tanh(scalar_t t) {
+  return scalar_t(1) - t * t;
+}
+
+template <typename scalar_t>
+__device__ __forceinline__ scalar_t d_elu(scalar_t e) {
+  return e > scalar_t(0) ? scalar_t(1) : e + scalar_t(1);
+}
+
+// One thread per (batch row n, state column c). gates is (batch, 3, state): the matmul's output comes in
+// (without the bias, which is added here), the activations go out, for the backward.
+template <typename scalar_t>
+__global__ void lltm_forward_kernel(
+    scalar_t* __restrict__ gates,       // (batch, 3 * state): X @ weights^T in, activations out
+    const scalar_t* __restrict__ bias,  // (3 * state)
+    const scalar_t* __restrict__ old_cell, int64_t old_cell_s0, int64_t old_cell_s1,
+    scalar_t* __restrict__ new_h,       // (batch, state)
+    scalar_t* __restrict__ new_cell,    // (batch, state)
+    int64_t batch, int64_t state) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // column
+  if (c >= state) return;
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {  // row; loops when batch > 65535 rows of blocks
+    scalar_t* g = gates + n * 3 * state;
+    const scalar_t input_gate = sigmoid(g[c] + bias[c]);
+    const scalar_t output_gate = sigmoid(g[state + c] + bias[state + c]);
+    const scalar_t candidate_cell = elu(g[2 * state + c] + bias[2 * state + c]);
+    g[c] = input_gate;
+    g[state + c] = output_gate;
+    g[2 * state + c] = candidate_cell;
+    const scalar_t cell = old_cell[n * old_cell_s0 + c * old_cell_s1] + candidate_cell * input_gate;
+    new_cell[n * state + c] = cell;
+    new_h[n * state + c] = tanh(cell) * output_gate;
+  }
+}
+
+// The backward kernel also sums d_gates over the batch (the bias gradient), so that takes no launch of
+// its own: a block of 32 columns x kRowThreads rows reduces in shared memory, then adds its sums to d_bias
+// (zeroed by the launcher). With batch <= 64 there is one row of blocks and the result is deterministic;
+// with more, the order of the float additions varies from run to run.
+constexpr int kColumns = 32, kRowThreads = 8, kRowsPerThread = 8;
+
+template <typename scalar_t>
+__global__ void lltm_backward_kernel(
+    scalar_t* __restrict__ d_gates,     // (batch, 3 * state)
+    scalar_t* __restrict__ d_old_cell,  // (batch, state)
+    scalar_t* __restrict__ d_bias,      // (3 * state), zero on entry
+    const scalar_t* __restrict__ grad_h, int64_t grad_h_s0, int64_t grad_h_s1,
+    const scalar_t* __restrict__ grad_cell, int64_t grad_cell_s0, int64_t grad_cell_s1,
+    const scalar_t* __restrict__ new_cell,  // (batch, state)
+    const scalar_t* __restrict__ gates,     // (batch, 3 * state): the forward's activations
+    int64_t batch, int64_t state) {
+  __shared__ scalar_t partial[3][kRowThreads][kColumns];
+  const int64_t c = blockIdx.x * int64_t(kColumns) + threadIdx.x;
+  scalar_t sum[3] = {0, 0, 0};
+  if (c < state) {
+    for (int64_t n = blockIdx.y * int64_t(kRowThreads) + threadIdx.y; n < batch; n += gridDim.y * int64_t(kRowThreads)) {
+      const scalar_t* g = gates + n * 3 * state;
+      const scalar_t input_gate = g[c], output_gate = g[state + c], candidate_cell = g[2 * state + c];
+      const scalar_t dh = grad_h[n * grad_h_s0 + c * grad_h_s1];
+      const scalar_t t = tanh(new_cell[n * state + c]);
+      const scalar_t d_new_cell = dh * output_gate * d_tanh(t) + grad_cell[n * grad_cell_s0 + c * grad_cell_s1];
+      d_old_cell[n * state + c] = d_new_cell;
+      const scalar_t d[3] = {
+          d_new_cell * candidate_cell * d_sigmoid(input_gate),  // input gate
+          dh * t * d_sigmoid(output_gate),                      // output gate
+          d_new_cell * input_gate * d_elu(candidate_cell),      // candidate cell
+      };
+      for (int k = 0; k < 3; ++k) {
+        d_gates[n * 3 * state + k * state + c] = d[k];
+        sum[k] += d[k];
+      }
+    }
+  }
+  for (int k = 0; k < 3; ++k) partial[k][threadIdx.y][threadIdx.x] = sum[k];
+  __syncthreads();
+  if (threadIdx.y == 0 && c < state) {
+    for (int k = 0; k < 3; ++k) {
+      scalar_t s = 0;
+      for (int r = 0; r < kRowThreads; ++r) s += partial[k][r][threadIdx.x];
+      atomicAdd(d_bias + k * state + c, s);
+    }
+  }
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static unsigned grid_rows(int64_t rows) { return unsigned(rows < 65535 ? rows : 65535); }  // gridDim.y limit
+
+template <typename T>
+cudaError_t lltm_forward_launch(T* gates, const T* bias, const T* old_cell, int64_t old_cell_s0, int64_t old_cell_s1,
+                                T* new_h, T* new_cell, int64_t batch, int64_t state, cudaStream_t stream) {
+  if (batch == 0 || state == 0) return cudaSuccess;
+  const dim3 blocks(unsigned(ceil_div(state, kThreads)), grid_rows(batch));
+  lltm_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(gates, bias, old_cell, old_cell_s0, old_cell_s1, new_h,
+                                                          new_cell, batch, state);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* grad_h, int64_t grad_h_s0,
+                                 int64_t grad_h_s1, const T* grad_cell, int64_t grad_cell_s0, int64_t grad_cell_s1,
+                                 const T* new_cell, const T* gates, int64_t batch, int64_t state, cudaStream_t stream) {
+  if (cudaError_t err = cudaMemsetAsync(d_bias, 0, 3 * state * sizeof(T), stream)) return err;
+  if (batch == 0 || state == 0) return cudaSuccess;
+  const dim3 threads(kColumns, kRowThreads);
+  const dim3 blocks(unsigned(ceil_div(state, kColumns)), grid_rows(ceil_div(batch, kRowThreads * kRowsPerThread)));
+  lltm_backward_kernel<T><<<blocks, threads, 0, stream>>>(d_gates, d_old_cell, d_bias, grad_h, grad_h_s0, grad_h_s1,
+                                                          grad_cell, grad_cell_s0, grad_cell_s1, new_cell, gates,
+                                                          batch, state);
+  return cudaGetLastError();
+}
+
+// The two types lltm.cpp calls (it declares the templates; their code is here).
+template cudaError_t lltm_forward_launch<float>(float*, const float*, const float*, int64_t, int64_t, float*, float*,
+                                                int64_t, int64_t, cudaStream_t);
+template cudaError_t lltm_forward_launch<double>(double*, const double*, const double*, int64_t, int64_t, double*,
+                                                 double*, int64_t, int64_t, cudaStream_t);
+template cudaError_t lltm_backward_launch<float>(float*, float*, float*, const float*, int64_t, int64_t, const float*,
+                                                 int64_t, int64_t, const float*, const float*, int64_t, int64_t,
+                                                 cudaStream_t);
+template cudaError_t lltm_backward_launch<double>(double*, double*, double*, const double*, int64_t, int64_t,
+                                                  const double*, int64_t, int64_t, const double*, const double*, int64_t,
+                                                  int64_t, cudaStream_t);

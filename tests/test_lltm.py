@@ -1,0 +1,259 @@
+"""LLTM: the cpp and cuda ops against the Python reference, forward and all five gradients.
+
+The cpp variant runs here; the cuda sources only compile here (TORCH_CUDA_ARCH_LIST=9.0) and run on a GPU.
+"""
+
+import shutil
+
+import pytest
+import torch
+
+from playground import registry
+from playground.build import build
+from playground.runner import load_spec
+
+FAMILY = registry.find("lltm")
+SPEC = load_spec(FAMILY)
+NAMES = ("new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell")
+# (batch, features, state): the tutorial's size, batch 1, state 1, more than 1024 threads per row, odd
+# feature counts, and more than 64 rows (the backward kernel's bias sums then meet in atomicAdd).
+SHAPES = [(16, 32, 128), (1, 32, 128), (16, 32, 1), (3, 7, 1025), (5, 1, 31), (65, 33, 33)]
+_built: dict = {}
+
+
+def ops(variant: str, family=FAMILY, **params):
+    """A variant's torch.ops namespace, built once per session (the conftest's private cache)."""
+    key = (str(family.path), variant, tuple(sorted(params.items())))
+    if key not in _built:
+        pairs = [f"{k}={v}" for k, v in params.items()]
+        _built[key] = build(family, family.variants[variant], family.parse_params(pairs))[0]
+    return _built[key]
+
+
+def inputs(shape, dtype, device, seed=0):
+    batch, features, state = shape
+    gen = torch.Generator().manual_seed(seed)
+    return SPEC.make_inputs({"batch": batch, "features": features, "state": state}, dtype, device, gen)
+
+
+def assert_matches(fn, xs, dtype):
+    """new_h, new_cell and the five gradients of fn against the float64 reference, each within its bound."""
+    ref = SPEC.reference(*xs)
+    tols, _ = SPEC.tolerance(*xs, dtype)
+    out = SPEC.forward_backward(fn, *xs)
+    for name, o, r, tol in zip(NAMES, out, ref, tols):
+        assert o.shape == r.shape and o.dtype == dtype, name
+        err = (o.double() - r).abs().max().item()
+        assert err <= tol, f"{name}: max error {err:.3g} > {tol:.3g}"
+
+
+def strided(xs):
+    """The same values in non-contiguous memory: transposed, every other column, an offset view."""
+    input, weights, bias, old_h, old_cell, grad_h, grad_cell = xs
+    wide = torch.zeros(bias.shape[0], 2, dtype=bias.dtype, device=bias.device)
+    wide[:, 1] = bias
+    pad = torch.zeros(old_h.shape[0], 2 * old_h.shape[1], dtype=old_h.dtype, device=old_h.device)
+    pad[:, ::2] = old_cell
+    out = (input.t().contiguous().t(), weights.t().contiguous().t(), wide[:, 1], old_h.t().contiguous().t(), pad[:, ::2],
+           grad_h.t().contiguous().t(), grad_cell)
+    assert not any(x.is_contiguous() for x in out[:5] if x.numel() > 1 and min(x.shape) > 1)
+    return out
+
+
+# ---- the reference and the checker ----------------------------------------------------------------------
+
+
+def test_reference_is_the_seed_cell():
+    """new_cell = old_cell + elu(z_c) * sigmoid(z_i), new_h = tanh(new_cell) * sigmoid(z_o), X = [old_h, input]."""
+    input, weights, bias, old_h, old_cell, *_ = inputs((4, 3, 5), torch.float64, "cpu")
+    z = torch.cat([old_h, input], 1) @ weights.T + bias
+    zi, zo, zc = z[:, :5], z[:, 5:10], z[:, 10:]
+    cand = torch.where(zc > 0, zc, zc.exp() - 1)
+    new_cell = old_cell + cand / (1 + (-zi).exp())
+    new_h, got_cell = SPEC.lltm_reference(input, weights, bias, old_h, old_cell)
+    torch.testing.assert_close(got_cell, new_cell)
+    torch.testing.assert_close(new_h, new_cell.tanh() / (1 + (-zo).exp()))
+
+
+def test_tolerance_is_tight_enough_to_catch_mistakes():
+    """Each bound is under 1% of its output's largest value in float32, ~1e-10 in float64: a wrong
+    derivative or a missing term errs by O(1) and cannot hide in it."""
+    xs = inputs((16, 32, 128), torch.float32, "cpu")
+    ref = SPEC.reference(*xs)
+    tols, _ = SPEC.tolerance(*xs, torch.float32)
+    assert all(0 < t < 1e-2 * r.abs().max().item() for t, r in zip(tols, ref))
+    assert max(SPEC.tolerance(*xs, torch.float64)[0]) < 1e-10
+
+
+# ---- cpp: runs here -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_cpp_matches_reference(shape, dtype):
+    assert_matches(SPEC.lltm_function(ops("cpp"), "cpp"), inputs(shape, dtype, "cpu"), dtype)
+
+
+def test_cpp_non_contiguous_inputs():
+    xs = strided(inputs((6, 5, 7), torch.float64, "cpu"))
+    assert_matches(SPEC.lltm_function(ops("cpp"), "cpp"), xs, torch.float64)
+
+
+def test_cpp_gradcheck_float64():
+    assert SPEC.gradcheck(SPEC.lltm_function(ops("cpp"), "cpp"), "cpu")
+
+
+def test_cpp_opcheck():
+    """Schema, autograd registration, fake tensors and AOT dispatch of the three ops."""
+    check_ops(ops("cpp"), "cpu")
+
+
+def check_ops(lib, device):
+    SPEC.register_fakes(lib)
+    input, weights, bias, old_h, old_cell, grad_h, grad_cell = inputs((4, 5, 6), torch.float64, device)
+    leaves = [x.clone().requires_grad_() for x in (input, weights, bias, old_h, old_cell)]
+    torch.library.opcheck(lib.lltm.default, leaves)
+    torch.library.opcheck(lib.lltm_forward.default, (input, weights, bias, old_h, old_cell))
+    _, new_cell, gates, X = lib.lltm_forward(input, weights, bias, old_h, old_cell)
+    torch.library.opcheck(lib.lltm_backward.default, (grad_h, grad_cell, new_cell, gates, X, weights))
+
+
+def test_cpp_module_trains_like_the_reference():
+    """The nn.Module wrapper: same outputs and parameter gradients as the Python module with equal weights."""
+    torch.manual_seed(0)
+    ref = SPEC.LLTM(7, 9).double()
+    mine = SPEC.LLTM(7, 9, function=SPEC.lltm_function(ops("cpp"), "cpp")).double()
+    mine.load_state_dict(ref.state_dict())
+    x, h, c = (torch.randn(4, n, dtype=torch.float64) for n in (7, 9, 9))
+    for module in (ref, mine):
+        new_h, new_cell = module(x, (h, c))
+        (new_h.pow(2).sum() + new_cell.sum()).backward()
+    torch.testing.assert_close(mine.weights.grad, ref.weights.grad)
+    torch.testing.assert_close(mine.bias.grad, ref.bias.grad)
+
+
+def grads_of_one_output(fn, xs, which):
+    """Gradients of the five inputs when only output `which` (0: new_h, 1: new_cell) reaches the loss."""
+    leaves = [x.clone().requires_grad_() for x in xs[:5]]
+    return torch.autograd.grad(fn(*leaves)[which].sum(), leaves)
+
+
+def test_cpp_one_output_used():
+    """Only new_h reaches the loss: new_cell's gradient is undefined and the backward takes it as zero."""
+    xs = inputs((3, 4, 5), torch.float64, "cpu")
+    got = grads_of_one_output(SPEC.lltm_function(ops("cpp"), "cpp"), xs, 0)
+    for g, w in zip(got, grads_of_one_output(SPEC.lltm_reference, xs, 0)):
+        torch.testing.assert_close(g, w)
+
+
+def test_cpp_inference_mode():
+    """Below autograd the op is just the forward."""
+    xs = inputs((3, 4, 5), torch.float64, "cpu")[:5]
+    with torch.inference_mode():
+        new_h, new_cell = ops("cpp").lltm(*xs)
+    ref_h, ref_cell = SPEC.lltm_reference(*xs)
+    torch.testing.assert_close(new_h, ref_h)
+    torch.testing.assert_close(new_cell, ref_cell)
+
+
+def test_cpp_rejects_bad_shapes():
+    input, weights, bias, old_h, old_cell, *_ = inputs((3, 4, 5), torch.float32, "cpu")
+    with pytest.raises(RuntimeError, match="weights must be"):
+        ops("cpp").lltm(input, weights[:, 1:], bias, old_h, old_cell)
+    with pytest.raises(RuntimeError, match="dtype"):
+        ops("cpp").lltm(input, weights.double(), bias, old_h, old_cell)
+
+
+@pytest.fixture
+def wrong_elu_derivative(tmp_path):
+    """A copy of the family whose ATen backward hands elu_backward the ELU's output as if it were its input:
+    elu'(z) becomes exp(elu(z)) for z <= 0 instead of exp(z)."""
+    folder = tmp_path / "lltm-wrong"
+    shutil.copytree(FAMILY.path, folder)
+    src = folder / "lltm.cpp"
+    text = src.read_text()
+    assert text.count("/*is_result=*/true") == 1
+    src.write_text(text.replace("/*is_result=*/true", "/*is_result=*/false"))
+    return registry.load_family(folder)
+
+
+def test_checker_catches_a_wrong_backward(wrong_elu_derivative):
+    """The forward still matches; d_input, d_weights, d_bias and d_old_h do not, and gradcheck fails."""
+    fam = wrong_elu_derivative
+    lib = ops("cpp", family=fam)
+    xs = inputs((16, 32, 128), torch.float32, "cpu")
+    ref, out = SPEC.reference(*xs), SPEC.call(lib, "cpp", *xs)
+    tols, _ = SPEC.tolerance(*xs, torch.float32)
+    bad = [name for name, o, r, t in zip(NAMES, out, ref, tols) if (o.double() - r).abs().max() > t]
+    assert bad == ["d_input", "d_weights", "d_bias", "d_old_h"]
+    assert not SPEC.gradcheck(SPEC.lltm_function(lib, "cpp"), "cpu")
+
+
+# ---- cuda: compiles here, runs on a GPU -----------------------------------------------------------------
+
+
+def test_cuda_sources_compile():
+    """nvcc and the C++ compiler accept lltm.cu and lltm.cpp with -DLLTM_CUDA; the ops register."""
+    lib = ops("cuda")
+    assert lib.lltm._schemas and lib.lltm_forward._schemas and lib.lltm_backward._schemas
+
+
+def test_cuda_two_streams_compiles():
+    assert ops("cuda", streams=2).lltm._schemas
+
+
+CUDA_BUILDS = [{}, {"streams": 2}, {"threads": 1024}]  # the benchmark times the same three builds
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("params", CUDA_BUILDS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape", [*SHAPES, (1024, 512, 1024), (70000, 2, 1)], ids=str)
+def test_cuda_matches_reference(shape, dtype, params):
+    assert_matches(SPEC.lltm_function(ops("cuda", **params), "cuda"), inputs(shape, dtype, "cuda"), dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", ["cpp", "cuda"])
+def test_cuda_non_contiguous_inputs(variant):
+    xs = strided(inputs((6, 5, 7), torch.float64, "cuda"))
+    assert_matches(SPEC.lltm_function(ops(variant), variant), xs, torch.float64)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", ["cpp", "cuda"])
+def test_cuda_gradcheck_float64(variant):
+    assert SPEC.gradcheck(SPEC.lltm_function(ops(variant), variant), "cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_opcheck():
+    check_ops(ops("cuda"), "cuda")
+
+
+@pytest.mark.cuda
+def test_cuda_one_output_used():
+    xs = inputs((3, 4, 5), torch.float64, "cuda")
+    got = grads_of_one_output(SPEC.lltm_function(ops("cuda"), "cuda"), xs, 1)
+    for g, w in zip(got, grads_of_one_output(SPEC.lltm_reference, xs, 1)):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.fixture
+def tutorial_elu(tmp_path):
+    """A copy of the family whose CUDA elu is the tutorial's: fmaxf / fminf, single precision."""
+    folder = tmp_path / "lltm-tutorial-elu"
+    shutil.copytree(FAMILY.path, folder)
+    src = folder / "lltm.cu"
+    text = src.read_text()
+    assert "return z > scalar_t(0) ? z : expm1(z);" in text
+    src.write_text(text.replace("return z > scalar_t(0) ? z : expm1(z);", "return fmaxf(0.0, z) + fminf(0.0, exp(z) - 1.0);"))
+    return registry.load_family(folder)
+
+
+@pytest.mark.cuda
+def test_tutorial_float64_bug_fails_gradcheck(tutorial_elu):
+    """extension-cpp#42: the tutorial's elu rounds float64 to float32, and gradcheck catches it."""
+    lib = ops("cuda", family=tutorial_elu)
+    assert not SPEC.gradcheck(SPEC.lltm_function(lib, "cuda"), "cuda")
+    assert SPEC.gradcheck(SPEC.lltm_function(ops("cuda"), "cuda"), "cuda")
