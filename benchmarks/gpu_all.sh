@@ -5,13 +5,14 @@
 #     bash benchmarks/gpu_all.sh [tests] [bench] [sweeps]     # default: all (over 10 minutes: split it)
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
-R=/tmp/kplay-results && rm -rf $R && mkdir -p $R
+R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
 export KPLAY_CACHE=/tmp/kplay-cache PYTHONUNBUFFERED=1 COLUMNS=120
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.txt, say how it ended
     local name=$1 limit=$2 start=$SECONDS
     shift 2
     timeout "$limit" "$@" > "$R/$name.txt" 2>&1
     echo "$name: exit $? after $((SECONDS - start)) s" | tee -a $R/summary.txt
+    tar czf $OUT/results.tgz -C $R .  # after every step: a call cut short still returns what ran
 }
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
 groups=${*:-tests bench sweeps}
@@ -29,5 +30,4 @@ if [[ $groups == *sweeps* ]]; then
     step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md
     OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh
 fi
-tar czf $OUT/results.tgz -C $R .
 cat $R/summary.txt
