@@ -109,6 +109,7 @@ def run(
     param: Params = None,
     timeout: Annotated[float, typer.Option(help="Seconds the kernel may run (builds excluded).")] = 120.0,
     no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
+    no_compile: Annotated[bool, typer.Option("--no-compile", help="Skip the torch.compile baseline (lltm).")] = False,
     json_: Json = False,
     path: Path_ = None,
 ):
@@ -124,7 +125,7 @@ def run(
                    sizes=sizes, params=param or [], paths=path)
     runner.plan(**request)  # bad input fails here, before torch is imported
     with _progress() as on_event:
-        result = isolate.run({**request, "bench": not no_bench}, timeout, on_event)
+        result = isolate.run({**request, "bench": not no_bench, "compile_baseline": not no_compile}, timeout, on_event)
     if json_:
         print(json.dumps(result, indent=2))
     else:

@@ -21,7 +21,7 @@ def as_tuple(x) -> tuple:
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def compare(out, ref, tol, source: str, case: str = "") -> Check:
+def compare(out, ref, tol, source: str, case: str = "", names: tuple = ()) -> Check:
     """Every output against its reference; NaN, a wrong shape or an error over tol fails."""
     import torch
 
@@ -32,7 +32,7 @@ def compare(out, ref, tol, source: str, case: str = "") -> Check:
         return Check(False, float("inf"), max(tols), source, [f"{where}{len(outs)} outputs, expected {len(refs)}"], [case])
     worst, bad = 0.0, []
     for k, (o, r, t) in enumerate(zip(outs, refs, tols)):
-        name = f"out{k}" if len(refs) > 1 else "out"
+        name = names[k] if k < len(names) else f"out{k}" if len(refs) > 1 else "out"
         if not isinstance(o, torch.Tensor) or tuple(o.shape) != tuple(r.shape):
             got = tuple(o.shape) if isinstance(o, torch.Tensor) else type(o).__name__
             bad.append(f"{where}{name} has shape {got}, expected {tuple(r.shape)}")

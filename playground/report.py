@@ -31,6 +31,8 @@ def _time(stats: dict | None) -> list[str]:
 
 def run_report(r: dict) -> Group:
     """The verdict table of one run, then what the checker found."""
+    if any(len(v["timings"]) > 1 for v in r["variants"]):
+        return Group(_labelled_table(r), *_notes(r))
     sizes = " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in r["sizes"].items())
     params = " ".join(f"{k}={v}" for k, v in r["params"].items())
     title = f"[b]{r['family']}[/b] · {r['device']} · {r['dtype']} · {sizes} · seed {r['seed']}" + (f" · {params}" if params else "")
@@ -74,6 +76,53 @@ def run_report(r: dict) -> Group:
             row.append(_num(r["baseline_gflops"]))
         table.add_row(*row, speed.format(1))
     return Group(table, *_notes(r))
+
+
+def _title(r: dict) -> str:
+    sizes = " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in r["sizes"].items())
+    params = " ".join(f"{k}={v}" for k, v in r["params"].items())
+    return f"[b]{r['family']}[/b] · {r['device']} · {r['dtype']} · {sizes} · seed {r['seed']}" + (f" · {params}" if params else "")
+
+
+def _labelled_table(r: dict) -> Table:
+    """Families timed in steps (LLTM: forward, backward): a time per step, on events and wall clock, a
+    speedup per step and baseline, and the spec's extra columns (gradcheck)."""
+    labels = list(next(v["timings"] for v in r["variants"] if v["timings"]))
+    wall = any(v["walls"] for v in r["variants"])
+    speedups = list(next((v["speedups"] for v in r["variants"] if v["speedups"]), {}))
+    extras = list(dict.fromkeys(k for v in r["variants"] for k in v["extra"]))
+    table = Table(title=_title(r), title_justify="left")
+    for col in ("variant", "check", "max err ≤ tol"):
+        table.add_column(col)
+    short = {"forward": "fwd", "backward": "bwd"}
+    for label in labels:
+        table.add_column(short.get(label, label) + (" events" if wall else ""), justify="right")
+        if wall:
+            table.add_column(short.get(label, label) + " wall", justify="right")
+    for key in speedups:  # "forward vs eager" -> "fwd ×eager"
+        label, _, who = key.partition(" vs ")
+        table.add_column(f"{short.get(label, label)} ×{who}", justify="right")
+    for key in extras:
+        table.add_column(key)
+
+    def times(timings: dict, walls: dict) -> list[str]:
+        row = []
+        for label in labels:
+            row.append(seconds(timings[label]["median_s"]) if label in timings else "-")
+            if wall:
+                row.append(seconds(walls[label]["median_s"]) if label in walls else "-")
+        return row
+
+    for v in r["variants"]:
+        c = v["check"]
+        err = "inf" if c["max_abs_err"] is None else f"{c['max_abs_err']:.2g}"
+        table.add_row(v["variant"], "[green]PASS[/]" if c["ok"] else "[red]FAIL[/]", f"{err} ≤ {c['tolerance']:.2g}",
+                      *times(v["timings"], v["walls"]), *[_num(v["speedups"].get(k), "{:.2f}×") for k in speedups],
+                      *[str(v["extra"].get(k, "")) for k in extras])
+    for who, timings in r["baselines"].items():
+        table.add_row(f"[dim]{who}[/]", "", "", *times(timings, r["baseline_walls"].get(who, {})),
+                      *["" for _ in speedups], *["" for _ in extras])
+    return table
 
 
 def _notes(r: dict) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 from dataclasses import asdict, dataclass, field
@@ -41,6 +42,10 @@ class VariantResult:
     pct_peak: float | None = None
     speedup: float | None = None
     stdout: str = ""
+    timings: dict = field(default_factory=dict)  # label (e.g. forward, backward) -> Stats
+    walls: dict = field(default_factory=dict)  # the same on a synchronized wall clock (CUDA, tiny ops)
+    speedups: dict = field(default_factory=dict)  # "label vs baseline" -> ratio (wall clock where measured)
+    extra: dict = field(default_factory=dict)  # spec.extra columns, e.g. gradcheck
 
 
 @dataclass
@@ -56,6 +61,8 @@ class RunResult:
     baseline_gbps: float | None = None
     baseline_gflops: float | None = None
     peak_gbps: float | None = None
+    baselines: dict = field(default_factory=dict)  # name -> label -> Stats
+    baseline_walls: dict = field(default_factory=dict)
     variants: list[VariantResult] = field(default_factory=list)
 
     @property
@@ -134,13 +141,19 @@ def _values(text) -> list[float]:
     return [int(v) if v.is_integer() else v for v in values]
 
 
+_specs: dict = {}
+
+
 def load_spec(fam: registry.Family):
-    """The family's spec.py, imported by path (built-in or a user's folder)."""
+    """The family's spec.py, imported by path once per version (it may keep state, e.g. registrations)."""
     path = fam.path / "spec.py"
-    spec = importlib.util.spec_from_file_location(f"kplay_spec_{fam.name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    key = (str(path), path.stat().st_mtime_ns)
+    if key not in _specs:
+        spec = importlib.util.spec_from_file_location(f"kplay_spec_{fam.name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _specs[key] = module
+    return _specs[key]
 
 
 def resolve_device(device: str) -> str:
@@ -153,7 +166,8 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench: bool = True) -> RunResult:
+def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench: bool = True,
+            compile_baseline: bool = True) -> RunResult:
     """Build, check and time every chosen variant; the reference is timed in the same run."""
     import torch
 
@@ -177,10 +191,15 @@ def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench
             inputs = main if c is p.sizes else _inputs(spec, c, dtype, device, p.seed)
             check, stdout = _check(spec, ops, v.name, inputs, dtype, _label(c, fam))
             checks.append(check)
-        result.variants.append(VariantResult(v.name, v.note, info, merge(checks), stdout=stdout))
+        verdict = merge(checks)
+        extra = spec.extra(ops, v.name, main) if hasattr(spec, "extra") else {}
+        failing = [f"{k}: FAIL" for k, val in extra.items() if val == "FAIL"]  # e.g. gradcheck
+        if failing:
+            verdict = dataclasses.replace(verdict, ok=False, mismatches=verdict.mismatches + failing)
+        result.variants.append(VariantResult(v.name, v.note, info, verdict, stdout=stdout, extra=extra))
     if fam.bench and bench:
         on_event("phase", phase="time")
-        _time(spec, p, result, built, main, dtype, device, budget_s)
+        _time(spec, p, result, built, main, dtype, device, budget_s, compile_baseline)
         if hasattr(spec, "traffic") and device == "cuda":
             result.peak_gbps = copy_bandwidth(device)
             for r in result.variants:
@@ -188,28 +207,57 @@ def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench
     return result
 
 
-def _time(spec, p, result, built, inputs, dtype, device, budget_s):
+def _time(spec, p, result, built, inputs, dtype, device, budget_s, compile_baseline=True):
+    """Time every variant and every PyTorch baseline in one round-robin; fill in the rates and speedups."""
     from .timing import bench
 
-    fns = {v.variant: (lambda ops=built[v.variant][0], name=v.variant: spec.call(ops, name, *inputs)) for v in result.variants}
-    if hasattr(spec, "baseline"):
-        fns["\0baseline"] = lambda: spec.baseline(*inputs)
+    def steps(ops, name):  # {label: (prepare, run)}: one unlabelled step unless the spec splits it
+        if hasattr(spec, "timings"):
+            return spec.timings(ops, name, inputs)
+        return {"": (tuple, lambda: spec.call(ops, name, *inputs))}
+
+    contenders = {v.variant: steps(built[v.variant][0], v.variant) for v in result.variants}
+    if hasattr(spec, "baselines"):
+        bases = spec.baselines(inputs, compile_baseline)
+    else:
+        bases = {"PyTorch": {"": (tuple, lambda: spec.baseline(*inputs))}} if hasattr(spec, "baseline") else {}
+    fns = {(who, label): f for who, labelled in [*contenders.items(), *bases.items()] for label, f in labelled.items()}
     nbytes = spec.traffic(p.sizes, dtype) if hasattr(spec, "traffic") else 0
     flops = spec.flops(p.sizes) if hasattr(spec, "flops") else 0
     try:
         stats = bench(fns, device, budget_s=budget_s, working_set=nbytes)
+        # Tiny ops: events hide host overhead, so also time each call on a synchronized wall clock.
+        walls = bench(fns, device, budget_s=budget_s, wall=True) if device == "cuda" and getattr(spec, "WALL_CLOCK", False) else {}
     except Exception as e:  # a kernel that passed the check and fails when timed
         raise KernelCrash(f"{p.family.name} failed while timing: {_first_line(e)}") from None
-    base = stats.pop("\0baseline", None)
-    result.baseline = base
-    if base:
-        result.baseline_gbps = nbytes / base.median_s / 1e9 if nbytes else None
-        result.baseline_gflops = flops / base.median_s / 1e9 if flops else None
+    per = lambda table, who: {label: table[(who, label)] for label in (contenders | bases)[who]} if table else {}
+    result.baselines = {who: per(stats, who) for who in bases}
+    result.baseline_walls = {who: per(walls, who) for who in bases}
+    first = next(iter(bases), None)
+    result.baseline = first and _total(result.baselines[first])
+    if result.baseline:
+        result.baseline_gbps = nbytes / result.baseline.median_s / 1e9 if nbytes else None
+        result.baseline_gflops = flops / result.baseline.median_s / 1e9 if flops else None
     for r in result.variants:
-        r.time = stats[r.variant]
+        r.timings, r.walls = per(stats, r.variant), per(walls, r.variant)
+        r.time = _total(r.timings)
         r.gbps = nbytes / r.time.median_s / 1e9 if nbytes else None
         r.gflops = flops / r.time.median_s / 1e9 if flops else None
-        r.speedup = base.median_s / r.time.median_s if base else None
+        r.speedup = result.baseline.median_s / r.time.median_s if result.baseline else None
+        mine, theirs = (r.walls, result.baseline_walls) if r.walls else (r.timings, result.baselines)
+        r.speedups = {f"{label} vs {who}".strip(): theirs[who][label].median_s / t.median_s
+                      for who in bases for label, t in mine.items()}
+
+
+def _total(timings: dict) -> Stats | None:
+    """One label's stats, or the sum of the labels' (forward + backward) as one record."""
+    if len(timings) == 1:
+        return next(iter(timings.values()))
+    if not timings:
+        return None
+    parts = list(timings.values())
+    return Stats(sum(t.median_s for t in parts), sum(t.q1_s for t in parts), sum(t.q3_s for t in parts),
+                 min(t.samples for t in parts), parts[0].method + ", " + " + ".join(timings))
 
 
 def _label(sizes: dict, fam) -> str:
@@ -254,7 +302,7 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
             out = spec.from_stdout(printed.text, *inputs)
         except AssertionError as e:
             return failed(str(e), source, case), printed.text
-    result = compare(out, ref, tol, source, case)
+    result = compare(out, ref, tol, source, case, getattr(spec, "OUTPUTS", ()))
     for k, (a, b) in enumerate(zip(before, inputs)):
         if isinstance(a, torch.Tensor) and not torch.equal(a, b):
             result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
@@ -278,5 +326,5 @@ def _first_line(e: Exception) -> str:
 
 def run(name: str, **request) -> RunResult:
     """The notebook entry point: plan and execute in this process, e.g. run("sum", sizes={"n": 10**7})."""
-    options = {k: request.pop(k) for k in ("on_event", "budget_s", "bench") if k in request}
+    options = {k: request.pop(k) for k in ("on_event", "budget_s", "bench", "compile_baseline") if k in request}
     return execute(plan(name, **request), **options)

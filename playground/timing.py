@@ -30,9 +30,13 @@ def _stats(samples: list[float], method: str) -> Stats:
     return Stats(median_s=med, q1_s=q1, q3_s=q3, samples=len(samples), method=method)
 
 
-def bench(fns: dict[str, Callable[[], object]], device: str, budget_s: float = 0.3,
+def bench(fns: dict[str, Callable | tuple[Callable, Callable]], device: str, budget_s: float = 0.3,
           working_set: int = 0, wall: bool = False) -> dict[str, Stats]:
-    """Time each function, taking turns so drift hits all alike; on CUDA with events (or a synced wall clock)."""
+    """Time each function, taking turns so drift hits all alike; on CUDA with events (or a synced wall clock).
+
+    A (prepare, run) pair times run(*prepare()) alone: a backward needs a fresh graph, untimed.
+    """
+    fns = {k: f if isinstance(f, tuple) else (tuple, f) for k, f in fns.items()}
     import torch
 
     cuda = device == "cuda"
@@ -40,30 +44,30 @@ def bench(fns: dict[str, Callable[[], object]], device: str, budget_s: float = 0
     method = "perf_counter" if not cuda else "synchronized wall clock" if wall else "CUDA events"
     if flush:
         method += ", L2 flushed"
-    for fn in fns.values():  # warm-up: caches, lazy init, allocator
+    for prepare, run in fns.values():  # warm-up: caches, lazy init, allocator
         for _ in range(3):
-            fn()
+            run(*prepare())
     if cuda:
         torch.cuda.synchronize()
     samples: dict[str, list[float]] = {k: [] for k in fns}
     start = time.perf_counter()
     while True:
-        for name, fn in fns.items():
-            samples[name].append(_one(fn, cuda, wall, flush))
+        for name, (prepare, run) in fns.items():
+            samples[name].append(_one(run, prepare(), cuda, wall, flush))
         n, spent = len(samples[name]), time.perf_counter() - start
         if n >= MAX_SAMPLES or (n >= MIN_SAMPLES and spent >= budget_s) or (n >= 5 and spent >= 20 * budget_s):
             break
     return {k: _stats(v, method) for k, v in samples.items()}
 
 
-def _one(fn, cuda: bool, wall: bool, flush) -> float:
+def _one(fn, args, cuda: bool, wall: bool, flush) -> float:
     import torch
 
     if not cuda or wall:
         if cuda:
             torch.cuda.synchronize()
         t = time.perf_counter()
-        fn()
+        fn(*args)
         if cuda:
             torch.cuda.synchronize()
         return time.perf_counter() - t
@@ -71,7 +75,7 @@ def _one(fn, cuda: bool, wall: bool, flush) -> float:
         flush()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
-    fn()
+    fn(*args)
     end.record()
     end.synchronize()
     return begin.elapsed_time(end) / 1e3

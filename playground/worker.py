@@ -27,7 +27,7 @@ def main() -> None:
     from .errors import KplayError
 
     try:
-        options = {k: request.pop(k) for k in ("budget_s", "bench") if k in request}
+        options = {k: request.pop(k) for k in ("budget_s", "bench", "compile_baseline") if k in request}
         p = runner.plan(request.pop("name"), **request)
         result = runner.execute(p, lambda event, **data: send(event=event, **data), **options)
         send(result=result.to_dict())

@@ -1,0 +1,34 @@
+"""Engine hooks a family may use: steps timed apart, several baselines, extra columns that can fail."""
+
+import json
+
+import pytest
+
+
+def test_lltm_reports_forward_and_backward_against_two_baselines(kplay):
+    result = kplay("run", "lltm", "--device", "cpu", "--variant", "cpp", "--json")
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    v = r["variants"][0]
+    assert set(v["timings"]) == {"forward", "backward"} and set(r["baselines"]) == {"eager", "compile"}
+    assert set(v["speedups"]) == {"forward vs eager", "backward vs eager", "forward vs compile", "backward vs compile"}
+    eager = r["baselines"]["eager"]["forward"]["median_s"]
+    assert v["speedups"]["forward vs eager"] == pytest.approx(eager / v["timings"]["forward"]["median_s"])
+    assert v["time"]["median_s"] == pytest.approx(sum(t["median_s"] for t in v["timings"].values()))
+    assert v["extra"] == {"gradcheck": "pass"}
+
+
+def test_no_compile_skips_that_baseline(kplay):
+    result = kplay("run", "lltm", "--device", "cpu", "--variant", "python", "--no-compile", "--json")
+    assert result.exit_code == 0 and list(json.loads(result.stdout)["baselines"]) == ["eager"]
+
+
+def test_an_extra_column_that_says_fail_fails_the_check(kplay, tmp_path):
+    folder = tmp_path / "twice"
+    assert kplay("new", "twice", folder).exit_code == 0
+    with open(folder / "spec.py", "a") as f:
+        f.write("\n\ndef extra(ops, variant, inputs):\n    return {'gradcheck': 'FAIL'}\n")
+    result = kplay("run", folder, "--device", "cpu", "--no-bench", "--json")
+    assert result.exit_code == 1
+    check = json.loads(result.stdout)["variants"][0]["check"]
+    assert not check["ok"] and "gradcheck: FAIL" in check["mismatches"]
