@@ -149,6 +149,7 @@ def bench(
     seed: Annotated[int, typer.Option(help="Seed for the inputs.")] = 0,
     param: Params = None,
     timeout: Annotated[float, typer.Option(help="Seconds each point may run (builds excluded).")] = 120.0,
+    no_compile: Annotated[bool, typer.Option("--no-compile", help="Skip the torch.compile baseline (lltm).")] = False,
     json_: Json = False,
     csv: Annotated[Optional[str], typer.Option(help="Write one row per (size, variant) to this CSV file.")] = None,
     plot: Annotated[Optional[str], typer.Option(help="Write the chart to this PNG file (needs matplotlib).")] = None,
@@ -166,6 +167,7 @@ def bench(
     tied = None if tie is None else [t for t in tie.split(",") if t]
     swept = sweep.settings(registry.find(name, path), over, tied, sizes)
     points = sweep.requests(base, swept)  # every point validated before torch is imported
+    points = [{**point, "compile_baseline": not no_compile} for point in points]
     with _sweep_progress(len(points), swept.key) as (on_point, on_event):
         records, error = sweep.run(points, timeout, on_point, on_event)
     if json_:
