@@ -38,23 +38,33 @@ __device__ __forceinline__ scalar_t d_elu(scalar_t e) {
   return e > scalar_t(0) ? scalar_t(1) : e + scalar_t(1);
 }
 
-// One thread per (batch row n, state column c). gates is (batch, 3, state): the matmul's output comes in
-// (without the bias, which is added here), the activations go out, for the backward.
+// One thread per (batch row n, state column c). The matmul comes in as `parts` partial products (its sum
+// over the columns of X split into parts, lltm.cpp says why), without the bias: both are added here, and
+// the activations go out to gates, for the backward.
 template <typename scalar_t>
 __global__ void lltm_forward_kernel(
-    scalar_t* __restrict__ gates,       // (batch, 3 * state): X @ weights^T in, activations out
-    const scalar_t* __restrict__ bias,  // (3 * state)
+    const scalar_t* __restrict__ products,  // (parts, batch, 3 * state): X @ weights^T, summed over parts
+    int64_t parts,
+    const scalar_t* __restrict__ bias,      // (3 * state)
     const scalar_t* __restrict__ old_cell, int64_t old_cell_s0, int64_t old_cell_s1,
-    scalar_t* __restrict__ new_h,       // (batch, state)
-    scalar_t* __restrict__ new_cell,    // (batch, state)
+    scalar_t* __restrict__ gates,           // (batch, 3 * state): the activations
+    scalar_t* __restrict__ new_h,           // (batch, state)
+    scalar_t* __restrict__ new_cell,        // (batch, state)
     int64_t batch, int64_t state) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // column
   if (c >= state) return;
+  const int64_t part_size = batch * 3 * state;
   for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {  // row; loops when batch > 65535 rows of blocks
+    scalar_t z[3];  // input gate, output gate, candidate cell, before their activations
+    for (int k = 0; k < 3; ++k) {
+      const int64_t j = n * 3 * state + k * state + c;
+      z[k] = bias[k * state + c];
+      for (int64_t p = 0; p < parts; ++p) z[k] += products[p * part_size + j];
+    }
+    const scalar_t input_gate = sigmoid(z[0]);
+    const scalar_t output_gate = sigmoid(z[1]);
+    const scalar_t candidate_cell = elu(z[2]);
     scalar_t* g = gates + n * 3 * state;
-    const scalar_t input_gate = sigmoid(g[c] + bias[c]);
-    const scalar_t output_gate = sigmoid(g[state + c] + bias[state + c]);
-    const scalar_t candidate_cell = elu(g[2 * state + c] + bias[2 * state + c]);
     g[c] = input_gate;
     g[state + c] = output_gate;
     g[2 * state + c] = candidate_cell;
@@ -117,12 +127,13 @@ static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static unsigned grid_rows(int64_t rows) { return unsigned(rows < 65535 ? rows : 65535); }  // gridDim.y limit
 
 template <typename T>
-cudaError_t lltm_forward_launch(T* gates, const T* bias, const T* old_cell, int64_t old_cell_s0, int64_t old_cell_s1,
-                                T* new_h, T* new_cell, int64_t batch, int64_t state, cudaStream_t stream) {
+cudaError_t lltm_forward_launch(const T* products, int64_t parts, const T* bias, const T* old_cell, int64_t old_cell_s0,
+                                int64_t old_cell_s1, T* gates, T* new_h, T* new_cell, int64_t batch, int64_t state,
+                                cudaStream_t stream) {
   if (batch == 0 || state == 0) return cudaSuccess;
   const dim3 blocks(unsigned(ceil_div(state, kThreads)), grid_rows(batch));
-  lltm_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(gates, bias, old_cell, old_cell_s0, old_cell_s1, new_h,
-                                                          new_cell, batch, state);
+  lltm_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0, old_cell_s1,
+                                                          gates, new_h, new_cell, batch, state);
   return cudaGetLastError();
 }
 
@@ -141,10 +152,10 @@ cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* 
 }
 
 // The two types lltm.cpp calls (it declares the templates; their code is here).
-template cudaError_t lltm_forward_launch<float>(float*, const float*, const float*, int64_t, int64_t, float*, float*,
-                                                int64_t, int64_t, cudaStream_t);
-template cudaError_t lltm_forward_launch<double>(double*, const double*, const double*, int64_t, int64_t, double*,
-                                                 double*, int64_t, int64_t, cudaStream_t);
+template cudaError_t lltm_forward_launch<float>(const float*, int64_t, const float*, const float*, int64_t, int64_t,
+                                                float*, float*, float*, int64_t, int64_t, cudaStream_t);
+template cudaError_t lltm_forward_launch<double>(const double*, int64_t, const double*, const double*, int64_t, int64_t,
+                                                 double*, double*, double*, int64_t, int64_t, cudaStream_t);
 template cudaError_t lltm_backward_launch<float>(float*, float*, float*, const float*, int64_t, int64_t, const float*,
                                                  int64_t, int64_t, const float*, const float*, int64_t, int64_t,
                                                  cudaStream_t);
