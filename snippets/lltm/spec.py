@@ -151,17 +151,12 @@ def output_like(input, weights, bias, old_h, old_cell, grad_h, grad_cell):
     return (X, gates, old_h, old_cell, gates, weights, X)
 
 
-def baseline(*inputs):
-    """Python eager, forward and backward: what the generic speedup column compares with."""
-    return forward_backward(lltm_reference, *inputs)
-
-
 def flops(sizes):
     """The three matmuls of the forward and backward (2·batch·3·state·(state+features) each)."""
     return 3 * 2 * sizes["batch"] * 3 * sizes["state"] * (sizes["state"] + sizes["features"])
 
 
-# ---- proposed hooks: forward and backward timed apart, and a gradcheck column ----------------------------
+# ---- kplay run: forward and backward timed apart, two baselines, a gradcheck column ----
 
 
 def timings(ops, variant, inputs):
@@ -200,3 +195,17 @@ def extra(ops, variant, inputs):
     """Columns beyond check and time: the float64 gradcheck verdict."""
     ok = gradcheck(lltm_function(ops, variant), inputs[0].device)
     return {"gradcheck": "pass" if ok else "FAIL"}
+
+
+WALL_CLOCK = True  # tiny ops: kplay also times each call on a synchronized wall clock, as the tutorial did
+
+
+def baselines(inputs, compile):
+    """What every variant is timed against, in the same run: eager PyTorch and (unless --no-compile) torch.compile."""
+    out = {"eager": timings(None, "python", inputs)}
+    if compile:
+        out["compile"] = timings(None, "python-compile", inputs)
+    return out
+
+
+OUTPUTS = ("new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell")
