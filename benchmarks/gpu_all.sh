@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device call for every GPU result: the CUDA tests, each family's benchmark, the rebuild loop,
-# the ladder table and the sweeps. Everything lands in $OUT/results.tgz (the device returns <= 8 files).
+# The GPU results in one device call: tests, benchmarks, the rebuild loop, the sweeps. Everything lands
+# in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
-#     bash benchmarks/gpu_all.sh [tests] [bench] [sweeps]     # default: all (over 10 minutes: split it)
+#     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
+#     steps: tests ladder sum linear lltm lltm-cli rebuild sweeps
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -15,19 +16,18 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.
     tar czf $OUT/results.tgz -C $R .  # after every step: a call cut short still returns what ran
 }
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
-groups=${*:-tests bench sweeps}
-if [[ $groups == *tests* ]]; then
-    step pytest-cuda 240 python3 -m pytest -q -m cuda -p no:cacheprovider tests
-    step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
-    step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64
-fi
-if [[ $groups == *bench* ]]; then
-    step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R
-    step linear-gpu 120 python3 benchmarks/linear_gpu.py --out $R
-    step lltm-gpu 150 python3 benchmarks/lltm_bench.py --device cuda --out $R
-fi
-if [[ $groups == *sweeps* ]]; then
-    step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md
-    OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh
-fi
+for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
+    case $s in
+        tests) step pytest-cuda 240 python3 -m pytest -q -m cuda -p no:cacheprovider tests ;;
+        ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
+                step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
+        sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
+        linear) step linear-gpu 120 python3 benchmarks/linear_gpu.py --out $R ;;
+        lltm) step lltm-gpu 150 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
+        lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
+        rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
+        sweeps) OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh ;;
+        *) echo "unknown step $s" ;;
+    esac
+done
 cat $R/summary.txt
