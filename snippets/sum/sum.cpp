@@ -15,7 +15,7 @@ using torch::headeronly::ScalarType;
 using torch::stable::Tensor;
 
 constexpr int64_t kLanes = 32;       // independent accumulators: four AVX2 registers of adds in flight
-constexpr int64_t kBlock = 1024;     // elements summed in T before moving into double: bounds the error
+constexpr int64_t kBlock = 4096;     // elements summed in T (128 per lane) before moving into double: bounds the error
 constexpr int64_t kChunk = 1 << 16;  // elements per parallel task
 
 // Sum x[begin, end): lanes of T inside a block, blocks into double, the tail one by one.
