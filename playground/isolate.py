@@ -38,7 +38,7 @@ def run(request: dict, timeout: float, on_event=lambda *a, **k: None) -> dict:
                 os.killpg(child.pid, signal.SIGKILL)
             child.wait()
         log.seek(0)
-        tail = log.read().decode(errors="replace").strip().splitlines()[-8:]
+        tail = _messages(log.read().decode(errors="replace"))
     if "result" in reply:
         return reply["result"]
     if "error" in reply:
@@ -53,6 +53,13 @@ def run(request: dict, timeout: float, on_event=lambda *a, **k: None) -> dict:
     crash = KernelCrash(f"kernel crashed: {what} {phase}")
     crash.details = tail
     raise crash
+
+
+def _messages(log: str) -> list[str]:
+    """What the dying process said (e.g. std::terminate's what()), without Python's stack dump."""
+    noise = ("  File ", "Fatal Python error", "Current thread", "Thread 0x", "Extension modules", "Stack (most recent")
+    lines = [ln for ln in log.strip().splitlines() if ln.strip() and not ln.startswith(noise)]
+    return lines[-3:] if not os.environ.get("KPLAY_DEBUG") else log.strip().splitlines()
 
 
 def _listen(fd: int, child, timeout: float, on_event) -> tuple[dict, str]:

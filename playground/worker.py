@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import faulthandler
 import json
+import logging
 import os
 import sys
 import traceback
@@ -22,6 +23,7 @@ def main() -> None:
 
     faulthandler.enable()  # a segfault leaves a Python stack in the log
     warnings.filterwarnings("ignore")
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on CPU boxes
     request = json.load(sys.stdin)
     from . import runner
     from .errors import KplayError
