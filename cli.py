@@ -7,6 +7,7 @@ import os
 import sys
 from enum import Enum
 from functools import wraps
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -149,7 +150,6 @@ def bench(
     seed: Annotated[int, typer.Option(help="Seed for the inputs.")] = 0,
     param: Params = None,
     timeout: Annotated[float, typer.Option(help="Seconds each point may run (builds excluded).")] = 120.0,
-    no_compile: Annotated[bool, typer.Option("--no-compile", help="Skip the torch.compile baseline (lltm).")] = False,
     json_: Json = False,
     csv: Annotated[Optional[str], typer.Option(help="Write one row per (size, variant) to this CSV file.")] = None,
     plot: Annotated[Optional[str], typer.Option(help="Write the chart to this PNG file (needs matplotlib).")] = None,
@@ -162,12 +162,15 @@ def bench(
         from playground.plot import require
 
         require()
+    for target in filter(None, (csv, plot)):  # fail now, not after a long sweep
+        if not Path(target).resolve().parent.is_dir():
+            raise KplayError(f"{target}: the folder {Path(target).resolve().parent} does not exist")
     fixed = {key: value for key, _, value in (pair.partition("=") for pair in size or [])}
     base = dict(name=name, device=device.value, variant=variant, dtype=dtype, seed=seed, sizes=fixed, params=param or [], paths=path)
     tied = None if tie is None else [t for t in tie.split(",") if t]
     swept = sweep.settings(registry.find(name, path), over, tied, sizes)
     points = sweep.requests(base, swept)  # every point validated before torch is imported
-    points = [{**point, "compile_baseline": not no_compile} for point in points]
+    points = [{**point, "compile_baseline": False} for point in points]  # a sweep shows the first baseline only
     with _sweep_progress(len(points), swept.key) as (on_point, on_event):
         records, error = sweep.run(points, timeout, on_point, on_event)
     if json_:
@@ -278,13 +281,14 @@ def eject(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where
           device: Annotated[Optional[Device], typer.Option(help="Only this device's variants.")] = None,
           variant: Variant = None, param: Params = None, force: Force = False, path: Path_ = None):
     """Copy a kernel into a folder you edit: its sources rendered with your --param values, and its spec."""
-    from pathlib import Path
-
     from playground.scaffold import eject as write
 
     fam = registry.find(name, path)
-    devices = [device.value] if device and device != Device.auto else fam.devices
-    chosen = list({v.name: v for d in devices for v in fam.pick_variants(d, variant or "all")}.values())
+    if variant and variant != "all":
+        chosen = [fam.variant(variant)]
+    else:
+        devices = [device.value] if device and device != Device.auto else fam.devices
+        chosen = list({v.name: v for d in devices for v in fam.pick_variants(d, "all")}.values())
     target = Path(folder or fam.name)
     for f in write(fam, target, chosen, fam.parse_params(param or []), force):
         out.print(f"wrote {f}")
@@ -296,8 +300,6 @@ def eject(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where
 def new(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).")] = None,
         force: Force = False):
     """Scaffold a new kernel family (C++ op, reference, test sizes) that passes as it is."""
-    from pathlib import Path
-
     from playground.scaffold import new as write
 
     target = Path(folder or name)
@@ -312,13 +314,11 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
            device: Device = Device.cpu, variant: Variant = None, param: Params = None, force: Force = False,
            path: Path_ = None):
     """Write a standalone pip-installable package (setup.py with CppExtension/CUDAExtension) for one variant."""
-    from pathlib import Path
-
     from playground.scaffold import export as write
 
     fam = registry.find(name, path)
     dev = "cuda" if device == Device.auto else device.value
-    v = fam.pick_variants(dev, variant)[0]
+    v = fam.variant(variant) if variant else fam.pick_variants(dev, None)[0]
     for f in write(fam, Path(folder), v, fam.parse_params(param or []), force):
         out.print(f"wrote {f}")
     out.print(f"build and test it: [b]pip install --no-build-isolation {folder} && python -m pytest {folder}/tests[/b]")

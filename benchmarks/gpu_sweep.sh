@@ -25,7 +25,7 @@ for which in ${@:-sum lltm linear}; do
         # the reduction ladder from launch-bound to the memory wall; peak_gbps (copy) is the ceiling
         sum) sweep sum --variant all --sizes 1e3..1e9 ;;
         # the tutorial's cell (features 32, state 128): where the fused kernel overtakes eager PyTorch
-        lltm) sweep lltm --variant all --over batch --sizes 1..4096:x4 --no-compile ;;
+        lltm) sweep lltm --variant all --over batch --sizes 1..4096:x4 ;;
         # square problems, batch = in = out: naive vs tiled vs cuBLAS (F.linear)
         linear) sweep linear --variant all --over batch --tie in,out --sizes 128..4096:x2 ;;
         *) echo "unknown sweep '$which' (sum, lltm, linear)" >&2; exit 2 ;;

@@ -46,8 +46,17 @@ def cuda_home() -> str | None:
     return next((str(c) for c in candidates if (c / "include" / "cuda_runtime.h").exists()), None)
 
 
+def venv_bin() -> str:
+    """The folder of this interpreter's scripts (where pip puts ninja), on PATH or not."""
+    import sys
+
+    return os.path.dirname(sys.executable)
+
+
 def setup_env() -> None:
-    """Environment torch's extension builder reads at import: CUDA_HOME, and a GPU arch when there is no GPU."""
+    """Environment torch's extension builder reads: ninja on PATH, CUDA_HOME, a GPU arch when there is no GPU."""
+    if not os.environ.get("PATH", "").startswith(venv_bin()):  # pip's ninja, when the venv is not activated
+        os.environ["PATH"] = os.pathsep.join([venv_bin(), os.environ.get("PATH", "")])
     home = cuda_home()
     if home:
         os.environ["CUDA_HOME"] = home
@@ -164,6 +173,7 @@ def _valid(marker: Path, so: Path) -> bool:
         return False
 
 
+OURS = ("main.cpp", "cuda.cu")  # the files load_inline writes: the snippet's own sources
 GCC = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+):(?:(?P<col>\d+):)?\s*(?:fatal )?error:?\s*(?P<msg>.*)$")
 NVCC = re.compile(r"^(?P<file>[^\s(]+)\((?P<line>\d+)\):\s*(?:fatal )?error:?\s*(?P<msg>.*)$")
 
@@ -178,12 +188,13 @@ def compile_error(output: str, family: Family, variant: Variant) -> BuildError:
         if not m:
             continue
         base = Path(m["file"]).name
-        src = family.path / files.get(base, base)
+        src = family.path / files[base] if base in OURS else Path(m["file"])  # a header keeps its own path
         key = (str(src), m["line"], m["msg"])
         if key not in [f[:3] for f in found]:
             found.append((*key, m["col"]))
     if not found:
-        tail = [ln for ln in output.splitlines() if ln.strip() and not ln.startswith(("[", "FAILED", "ninja", "c++ ", "/"))]
+        commands = ("[", "FAILED", "ninja", "Error building extension")
+        tail = [ln for ln in output.splitlines() if "error" in ln.lower() and not ln.lstrip().startswith(commands)]
         tail = tail[-8:] or output.splitlines()[-8:]
         return BuildError(f"{family.name}/{variant.name}: build failed", tail)
     details = []

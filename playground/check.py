@@ -44,7 +44,7 @@ def compare(out, ref, tol, source: str, case: str = "", names: tuple = ()) -> Ch
         err[o64.isnan() & r64.isnan()] = 0.0
         if err.numel():
             worst = max(worst, err.max().item())
-        for flat in (err > t).flatten().nonzero().flatten()[:MAX_MISMATCHES - len(bad)].tolist():
+        for flat in (err > t).flatten().nonzero().flatten()[:max(0, MAX_MISMATCHES - len(bad))].tolist():
             idx = list(torch.unravel_index(torch.tensor(flat), o.shape)) if o.dim() else []
             at = "[" + ", ".join(str(int(i)) for i in idx) + "]"
             bad.append(f"{where}{name}{at}: got {o64.flatten()[flat].item():.9g}, expected {r64.flatten()[flat].item():.9g}")
@@ -57,13 +57,13 @@ def failed(reason: str, source: str = "", case: str = "") -> Check:
 
 
 def merge(checks: list[Check]) -> Check:
-    """One verdict over several sizes; the tolerance shown is the last (main) case's."""
-    last = checks[-1]
+    """One verdict over several sizes; the error shown is the main (last) case's, or the first failing case's."""
+    shown = next((c for c in checks if not c.ok), checks[-1])
     return Check(
         ok=all(c.ok for c in checks),
-        max_abs_err=last.max_abs_err,
-        tolerance=last.tolerance,
-        tolerance_source=last.tolerance_source,
+        max_abs_err=shown.max_abs_err,
+        tolerance=shown.tolerance,
+        tolerance_source=shown.tolerance_source,
         mismatches=[m for c in checks for m in c.mismatches][:MAX_MISMATCHES],
         cases=[case for c in checks for case in c.cases],
     )

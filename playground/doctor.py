@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ def _version(cmd: list[str]) -> str:
 
 def diagnose() -> list[tuple[str, bool, str]]:
     """(what, ok, detail or fix) for each part; a missing GPU or nvcc is fine (CPU variants only)."""
-    from .build import cache_dir, cache_size, compiler, cuda_home
+    from .build import cache_dir, cache_size, compiler, cuda_home, venv_bin
 
     rows = [("python", sys.version_info >= (3, 10), f"{platform.python_version()} at {sys.executable}")]
     try:
@@ -35,8 +36,8 @@ def diagnose() -> list[tuple[str, bool, str]]:
     else:
         rows.append(("nvcc / CUDA_HOME", not gpu, "not found: CUDA variants cannot build; install the CUDA toolkit "
                      "or set CUDA_HOME" if gpu else "not found: fine for CPU variants; CUDA needs the CUDA toolkit"))
-    ninja = shutil.which("ninja")
-    rows.append(("ninja", bool(ninja), _version(["ninja", "--version"]) if ninja else "not found: pip install ninja"))
+    ninja = shutil.which("ninja", path=os.pathsep.join([venv_bin(), os.environ.get("PATH", "")]))
+    rows.append(("ninja", bool(ninja), _version([ninja, "--version"]) if ninja else "not found: pip install ninja"))
     version, flags = compiler()
     ok = "not found" not in version
     rows.append(("C++ compiler", ok, f"{version} {' '.join(flags)}" if ok else "not found: install g++ or clang (Xcode command line tools on macOS)"))

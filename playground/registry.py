@@ -90,6 +90,12 @@ class Family:
         names = ", ".join(v.name for v in avail)
         raise UsageError(f"{self.name} has no {device} variant '{name}'; valid: {names}, all")
 
+    def variant(self, name: str) -> Variant:
+        """A variant by name, whatever its device."""
+        if name not in self.variants:
+            raise UsageError(f"{self.name} has no variant '{name}'; valid: {', '.join(self.variants)}")
+        return self.variants[name]
+
     def parse_params(self, pairs: list[str]) -> dict[str, int | str]:
         """Turn ['threads=512'] into the full parameter dict, defaults filled in."""
         values = {p.name: p.default for p in self.params.values()}
@@ -121,10 +127,17 @@ def load_family(path: Path) -> Family:
     toml = path / "task.toml"
     try:
         raw = tomllib.loads(toml.read_text())
-    except FileNotFoundError:
+    except OSError:
         raise UsageError(f"{path} is not a kernel folder: it has no task.toml") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{toml}: {e}") from None
+    try:
+        return _family(path, raw)
+    except (TypeError, AttributeError, ValueError) as e:
+        raise UsageError(f"{toml}: {e}") from None
+
+
+def _family(path: Path, raw: dict) -> Family:
     params = {k: Param(name=k, **{**v, "choices": tuple(v.get("choices", ()))}) for k, v in raw.get("params", {}).items()}
     known = {"summary", "note", "dtypes", "sizes", "test_sizes", "params", "variants", "bench", "default_variant"}
     return Family(
@@ -163,6 +176,9 @@ def find(name: str, extra: list[str] | None = None) -> Family:
     """A family by name, or by the path of its folder (an ejected or hand-made snippet)."""
     if re.search(r"[/\\]", name) or name.startswith("."):
         return load_family(Path(name).expanduser().resolve())
+    for root in search_path(extra):  # a folder of that name: found without reading the others
+        if (root / name / "task.toml").exists():
+            return load_family(root / name)
     known = families(extra)
     if name in known:
         return known[name]

@@ -33,10 +33,7 @@ def run_report(r: dict) -> Group:
     """The verdict table of one run, then what the checker found."""
     if any(len(v["timings"]) > 1 for v in r["variants"]):
         return Group(_labelled_table(r), *_notes(r))
-    sizes = " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in r["sizes"].items())
-    params = " ".join(f"{k}={v}" for k, v in r["params"].items())
-    title = f"[b]{r['family']}[/b] · {r['device']} · {r['dtype']} · {sizes} · seed {r['seed']}" + (f" · {params}" if params else "")
-    table = Table(title=title, title_justify="left")
+    table = Table(title=_title(r), title_justify="left")
     timed = r["baseline"] is not None or any(v["time"] for v in r["variants"])
     gb = r["baseline_gbps"] is not None or any(v["gbps"] for v in r["variants"])
     gf = r["baseline_gflops"] is not None or any(v["gflops"] for v in r["variants"])
@@ -170,10 +167,11 @@ COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "b
 
 def short(n: int) -> str:
     """An axis label of a few characters: 1000 -> 1e3, 2048 -> 2048, 250000 -> 2.5e5."""
-    exp = len(str(n)) - 1
-    if n >= 1000 and n == 10**exp:
-        return f"1e{exp}"
-    return str(n) if n < 10_000 else f"{n / 10**exp:.2g}e{exp}"
+    if n < 10_000 and n != 1000:
+        return str(n)
+    mantissa, exp = f"{n:.1e}".split("e")  # rounds first: 99999 -> 1.0e+05, not 10e4
+    mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exp)}"
 
 
 def sweep_table(records: list[dict], key: str) -> Group:

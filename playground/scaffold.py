@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from . import render
+from .build import CUDA_FLAGS, CXX_FLAGS
 from .errors import UsageError
 from .registry import Family, Variant
 
@@ -14,8 +15,8 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def _toml_value(v) -> str:
-    if isinstance(v, str):
-        return '"""\n' + v.strip() + '\n"""' if "\n" in v else json.dumps(v)
+    if isinstance(v, str):  # multi-line: a literal string, so backslashes in a note stay as written
+        return "'''\n" + v.strip() + "\n'''" if "\n" in v and "'''" not in v else json.dumps(v)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, list):
@@ -52,6 +53,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         "note": fam.note,
         "dtypes": list(fam.dtypes),
         "bench": fam.bench,
+        **({"default_variant": fam.default_variant} if fam.default_variant else {}),
         **fam.extra,
         "sizes": fam.sizes,
         "test_sizes": list(fam.test_sizes),
@@ -98,9 +100,9 @@ def export(fam: Family, folder: Path, variant: Variant, params: dict, force: boo
     if not files:
         raise UsageError(f"{fam.name}/{variant.name} has no C++ sources to export")
     sub = dict(PACKAGE=package, FAMILY=fam.name, VARIANT=variant.name, EXTENSION="CUDAExtension" if cuda else "CppExtension",
-               SOURCES=repr(sorted(files)), CFLAGS=repr(["-O3", "-std=c++20", *variant.cflags]),
-               NVCCFLAGS=repr(["-O3", "-std=c++20", *variant.cuda_cflags]), DEVICE=variant.device if variant.device != "any" else "cpu",
-               DTYPE=fam.dtypes[0])
+               SOURCES=repr(sorted(files)), CFLAGS=repr([*CXX_FLAGS, *variant.cflags]),
+               NVCCFLAGS=repr([*CUDA_FLAGS, *variant.cuda_cflags]), DEVICE=variant.device if variant.device != "any" else "cpu",
+               DTYPE=fam.dtypes[0], SIZES=repr({**fam.sizes, **(fam.test_sizes[-1] if fam.test_sizes else {})}))
     for template in sorted(TEMPLATES.glob("export_*")):
         target = template.name.removeprefix("export_").replace("PACKAGE", package).replace("+", "/")
         files[target] = re.sub(r"@(\w+)@", lambda m: sub[m.group(1)], template.read_text())

@@ -119,8 +119,8 @@ def run(points: list[dict], timeout: float, on_point=lambda k, request: None,
         except KplayError as e:
             if not _out_of_memory(str(e)):
                 return records, e
-            fam = registry.find(request["name"], request.get("paths"))
-            records.append({"family": fam.name, "device": request["device"], "sizes": request["sizes"], "skipped": str(e)})
+            plan = runner.plan(**{k: v for k, v in request.items() if k != "compile_baseline"})
+            records.append({"family": plan.family.name, "device": request["device"], "sizes": plan.sizes, "skipped": str(e)})
     return records, None
 
 

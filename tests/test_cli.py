@@ -110,3 +110,18 @@ def test_clean_empties_the_cache(kplay, cache):
     result = kplay("clean")
     assert result.exit_code == 0 and "removed" in result.stdout
     assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_values_only_where_the_family_takes_them(kplay):
+    result = kplay("run", "sum", "--values", "1,2,3")
+    assert result.exit_code == 2 and "--values does not apply to sum" in result.stderr
+
+
+def test_nan_values_are_not_a_changed_input(kplay):
+    result = kplay("run", "print_array", "--values", "1,nan,3", "--dtype", "float32", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_path_that_is_a_file_is_one_line(kplay):
+    result = kplay("run", "snippets/sum/sum.cpp")
+    assert result.exit_code == 2 and "not a kernel folder" in result.stderr and "Traceback" not in result.output

@@ -162,3 +162,11 @@ def test_a_cuda_illegal_memory_access_is_exit_4_and_the_next_run_works(kplay):
     result = kplay("run", ROOT / "tests" / "wrong" / "cuda_fault", "--device", "cuda")
     assert result.exit_code == 4 and "illegal memory access" in result.stderr, result.output
     assert kplay("run", "sum", "--device", "cuda", "--n", "1000", "--no-bench").exit_code == 0
+
+
+def test_eject_and_export_one_variant_by_name(kplay, tmp_path):
+    result = kplay("eject", "sum", tmp_path / "fast", "--variant", "fast")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "fast").iterdir()) == ["spec.py", "sum_cuda.cpp", "sum_fast.cu", "task.toml"]
+    result = kplay("export", "sum", tmp_path / "pkg", "--variant", "fast")
+    assert result.exit_code == 0 and "CUDAExtension" in (tmp_path / "pkg" / "setup.py").read_text()
