@@ -206,17 +206,7 @@ def _sweep_progress(total: int, key: str):
             def on_point(k, request):
                 progress.update(task, completed=k, point=f"{key}={request['sizes'][key]:,}", description="starting (importing torch)")
 
-            def on_event(event, **data):
-                if event == "build_start":
-                    progress.update(task, description=f"compiling {data['variant']}")
-                elif event == "build_done" and not data["cached"]:
-                    progress.console.print(f"[green]✓[/] {data['variant']}: compiled in {data['seconds']:.1f} s", highlight=False)
-                elif event == "check":
-                    progress.update(task, description=f"checking {data['variant']} at {data['case']}")
-                elif event == "phase" and data["phase"] == "time":
-                    progress.update(task, description="timing")
-
-            yield on_point, on_event
+            yield on_point, _events(progress, task, cached_lines=False)
             progress.update(task, completed=total)
 
     return manager()
@@ -233,21 +223,26 @@ def _progress():
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                       console=err, transient=True) as progress:
             task = progress.add_task("starting (importing torch)", total=None)
-
-            def on_event(event, **data):
-                if event == "build_start":
-                    progress.update(task, description=f"compiling {data['variant']}")
-                elif event == "build_done":
-                    how = "cached build" if data["cached"] else f"compiled in {data['seconds']:.1f} s"
-                    progress.console.print(f"[green]✓[/] {data['variant']}: {how}", highlight=False)
-                elif event == "check":
-                    progress.update(task, description=f"checking {data['variant']} at {data['case']}")
-                elif event == "phase" and data["phase"] == "time":
-                    progress.update(task, description="timing")
-
-            yield on_event
+            yield _events(progress, task)
 
     return manager()
+
+
+def _events(progress, task, cached_lines: bool = True):
+    """The child's events as progress: what it does now, and one line per finished build."""
+
+    def on_event(event, **data):
+        if event == "build_start":
+            progress.update(task, description=f"compiling {data['variant']}")
+        elif event == "build_done" and (cached_lines or not data["cached"]):
+            how = "cached build" if data["cached"] else f"compiled in {data['seconds']:.1f} s"
+            progress.console.print(f"[green]✓[/] {data['variant']}: {how}", highlight=False)
+        elif event == "check":
+            progress.update(task, description=f"checking {data['variant']} at {data['case']}")
+        elif event == "phase" and data["phase"] == "time":
+            progress.update(task, description="timing")
+
+    return on_event
 
 
 @app.command()

@@ -82,6 +82,15 @@ def compiler() -> tuple[str, list[str]]:
     return version, ["-march=native"] if probe.returncode == 0 else []
 
 
+def cpu_model() -> str:
+    import platform
+
+    try:
+        return next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 @dataclass(frozen=True)
 class BuildInfo:
     name: str
@@ -114,7 +123,8 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
         extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
-    salt = [torch.__version__, torch.version.cuda, version, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else ""]
+    cpu = cpu_model() if machine_flags else ""  # -march=native: a cache shared between machines must not mix CPUs
+    salt = [torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else ""]
     digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]

@@ -117,15 +117,11 @@ def copy_bandwidth(device: str) -> float:
 
 def _device_name(device: str) -> str:
     import os
-    import platform
 
     import torch
 
+    from .build import cpu_model
+
     if device == "cuda":
         return torch.cuda.get_device_name()
-    model = platform.processor() or platform.machine()
-    try:
-        model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model} x{torch.get_num_threads()} threads ({os.cpu_count()} cpus)"
+    return f"{cpu_model()} x{torch.get_num_threads()} threads ({os.cpu_count()} cpus)"
