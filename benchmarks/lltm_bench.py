@@ -7,7 +7,10 @@ Each contender is first checked (new_h, new_cell and the five gradients against 
 within the spec's tolerance; gradcheck in float64), then timed as the tutorial does: the forward on
 leaves that require grad, the backward as (new_h.sum() + new_cell.sum()).backward() on a fresh forward.
 Two clocks: a synchronized wall clock per call (what a training loop feels, host overhead included) and,
-on CUDA, events around the call. Contenders take turns, so drift hits all alike; medians are reported.
+on CUDA, events around the call, both from an idle GPU. Contenders take turns, so drift hits all alike;
+each turn starts with one untimed step of the same contender, as a training loop runs a cell step after step.
+The same loop without that step (cold: every call follows another contender's) is reported beside it.
+Medians are reported.
 """
 
 from __future__ import annotations
@@ -94,8 +97,14 @@ def check(fn, inputs) -> dict:
     return {"max_err": max(errs), "ok": all(e <= t for e, t in zip(errs, tols))}
 
 
-def time_all(pairs: dict, cuda: bool, budget_s: float, min_n: int = 30, max_n: int = 3000) -> dict:
-    """{key: {"wall": [...], "events": [...]}} in seconds; every (prepare, run) pair takes its turn."""
+def time_all(pairs: dict, cuda: bool, budget_s: float, warm: bool = True, min_n: int = 30, max_n: int = 3000) -> dict:
+    """{key: {"wall": [...], "events": [...]}} in seconds; every (prepare, run) pair takes its turn.
+
+    warm: each turn starts with one untimed step of the same contender, as a training loop runs one cell
+    step after step (the tutorial's loop). Cold (warm=False), every timed call follows another contender's,
+    and pays for the host's caches holding that one's code: the host's path to the first kernel then takes
+    tens of microseconds longer, on the wall clock and in the events alike.
+    """
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for prepare, run in pairs.values():  # warm-up: lazy init, allocator, torch.compile's first calls
         for _ in range(5):
@@ -105,6 +114,8 @@ def time_all(pairs: dict, cuda: bool, budget_s: float, min_n: int = 30, max_n: i
     start = time.perf_counter()
     for n in range(max_n):
         for key, (prepare, run) in pairs.items():
+            if warm:
+                run(*prepare())
             args = prepare()
             sync()
             t = time.perf_counter()
@@ -114,6 +125,7 @@ def time_all(pairs: dict, cuda: bool, budget_s: float, min_n: int = 30, max_n: i
             del out, args
             if cuda:
                 args = prepare()
+                sync()  # from an idle GPU, as the wall clock: the host's path to the first kernel counts
                 begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 begin.record()
                 out = run(*args)
@@ -169,9 +181,10 @@ def run_size(size, fns, device, budget_s) -> dict:
         if name != "compile":
             rows[name]["gradcheck"] = SPEC.gradcheck(fn, device)
     pairs = {(name, step): pair for name, fn in fns.items() for step, pair in SPEC.steps(fn, inputs).items()}
-    got = time_all(pairs, device == "cuda", budget_s)
-    for (name, step), samples in got.items():
-        rows[name][step] = median_us(samples)
+    for warm in (True, False):
+        got = time_all(pairs, device == "cuda", budget_s, warm=warm)
+        for (name, step), samples in got.items():
+            rows[name][step if warm else f"{step}, cold"] = median_us(samples)
     result = {"size": dict(zip(("batch", "features", "state"), size)), "rows": rows}
     if device == "cuda":
         result["matmul_floor_us"] = matmul_floor(size, device, budget_s / 4)
@@ -191,7 +204,7 @@ def table(result: dict, device: str) -> str:
     clocks = ["wall", "events"] if device == "cuda" else ["wall"]
     head = f"### {device}, batch {s['batch']}, features {s['features']}, state {s['state']}\n\n"
     cols = ["variant", *(f"{st} {c} µs" for st in ("fwd", "bwd") for c in clocks), "max err", "check", "gradcheck",
-            "fwd ×eager", "bwd ×eager", "fwd ×compile", "bwd ×compile"]
+            "fwd ×eager", "bwd ×eager", "fwd ×compile", "bwd ×compile", "cold: fwd, bwd ×eager"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
 
     def x(name, base, step):
@@ -203,7 +216,8 @@ def table(result: dict, device: str) -> str:
         gc = {True: "pass", False: "FAIL"}.get(r.get("gradcheck"), "—")
         lines.append("| " + " | ".join([name, *times, f"{r['max_err']:.1e}", "ok" if r["ok"] else "FAIL", gc,
                                          x(name, "python", "forward"), x(name, "python", "backward"),
-                                         x(name, "compile", "forward"), x(name, "compile", "backward")]) + " |")
+                                         x(name, "compile", "forward"), x(name, "compile", "backward"),
+                                         x(name, "python", "forward, cold") + ", " + x(name, "python", "backward, cold")]) + " |")
     text = head + "\n".join(lines) + "\n"
     if "matmul_floor_us" in result:
         f = result["matmul_floor_us"]
@@ -214,7 +228,7 @@ def table(result: dict, device: str) -> str:
 
 
 def verdict(results: list[dict], device: str) -> list[str]:
-    """Issue 4's targets, stated against the synchronized wall clock."""
+    """Issue 4's targets, stated against the synchronized wall clock, in the warm loop (time_all says why)."""
     out = []
     for res in results:
         rows, s = res["rows"], res["size"]
@@ -223,8 +237,10 @@ def verdict(results: list[dict], device: str) -> list[str]:
             for step in ("forward", "backward"):
                 e, c = speedup(rows, "cuda", "python", step, "wall"), speedup(rows, "cuda", "compile", step, "wall")
                 ok = e is not None and e >= TARGET and (c is None or c > 1)
-                out.append(f"{size} cuda {step}: {e:.2f}x eager, {c:.2f}x compile -> {'MET' if ok else 'NOT MET'}"
-                           if c else f"{size} cuda {step}: {e:.2f}x eager (no compile) -> {'MET' if ok else 'NOT MET'}")
+                cold = (speedup(rows, "cuda", "python", f"{step}, cold", c) for c in ("wall", "events"))
+                out.append(f"{size} cuda {step}: {e:.2f}x eager, " + (f"{c:.2f}x compile" if c else "no compile")
+                           + f" -> {'MET' if ok else 'NOT MET'} (cold loop: {'x, '.join(f'{v:.2f}' for v in cold)}x "
+                           "eager, wall and events)")
         else:
             both = {n: rows[n]["forward"]["wall"] + rows[n]["backward"]["wall"] for n in ("python", "cpp")}
             ok = both["cpp"] < both["python"]

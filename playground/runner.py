@@ -225,9 +225,11 @@ def _time(spec, p, result, built, inputs, dtype, device, budget_s, compile_basel
     nbytes = spec.traffic(p.sizes, dtype) if hasattr(spec, "traffic") else 0
     flops = spec.flops(p.sizes) if hasattr(spec, "flops") else 0
     try:
-        stats = bench(fns, device, budget_s=budget_s, working_set=nbytes)
-        # Tiny ops: events hide host overhead, so also time each call on a synchronized wall clock.
-        walls = bench(fns, device, budget_s=budget_s, wall=True) if device == "cuda" and getattr(spec, "WALL_CLOCK", False) else {}
+        # Tiny ops (WALL_CLOCK): events hide host overhead, so also time each call on a synchronized wall
+        # clock; each call warm, after one of its own, as in a model that runs the op step after step.
+        tiny = getattr(spec, "WALL_CLOCK", False)
+        stats = bench(fns, device, budget_s=budget_s, working_set=nbytes, warm=tiny)
+        walls = bench(fns, device, budget_s=budget_s, wall=True, warm=True) if device == "cuda" and tiny else {}
     except Exception as e:  # a kernel that passed the check and fails when timed
         raise KernelCrash(f"{p.family.name} failed while timing: {_first_line(e)}") from None
     per = lambda table, who: {label: table[(who, label)] for label in (contenders | bases)[who]} if table else {}

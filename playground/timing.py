@@ -31,19 +31,25 @@ def _stats(samples: list[float], method: str) -> Stats:
 
 
 def bench(fns: dict[str, Callable | tuple[Callable, Callable]], device: str, budget_s: float = 0.3,
-          working_set: int = 0, wall: bool = False) -> dict[str, Stats]:
+          working_set: int = 0, wall: bool = False, warm: bool = False) -> dict[str, Stats]:
     """Time each function, taking turns so drift hits all alike; on CUDA with events (or a synced wall clock).
 
     A (prepare, run) pair times run(*prepare()) alone: a backward needs a fresh graph, untimed.
+    warm (for host-bound ops): each sample follows one untimed call of the same function, as when a model
+    runs one op step after step (otherwise it follows another contender's, and pays for the CPU's cold
+    caches), and starts from an idle GPU, so the host's path to the first kernel counts in the events too;
+    no L2 flush: a model's weights stay in the cache from step to step.
     """
     fns = {k: f if isinstance(f, tuple) else (tuple, f) for k, f in fns.items()}
     import torch
 
     cuda = device == "cuda"
-    flush = _l2_flusher(working_set) if cuda and not wall else None
+    flush = _l2_flusher(working_set) if cuda and not wall and not warm else None
     method = "perf_counter" if not cuda else "synchronized wall clock" if wall else "CUDA events"
     if flush:
         method += ", L2 flushed"
+    if warm:
+        method += ", each call after one of its own"
     for prepare, run in fns.values():  # warm-up: caches, lazy init, allocator
         for _ in range(3):
             run(*prepare())
@@ -53,7 +59,13 @@ def bench(fns: dict[str, Callable | tuple[Callable, Callable]], device: str, bud
     start = time.perf_counter()
     while True:
         for name, (prepare, run) in fns.items():
-            samples[name].append(_one(run, prepare(), cuda, wall, flush))
+            args = prepare()
+            if warm:
+                run(*args)
+                args = prepare()
+                if cuda:
+                    torch.cuda.synchronize()
+            samples[name].append(_one(run, args, cuda, wall, flush))
         n, spent = len(samples[name]), time.perf_counter() - start
         if n >= MAX_SAMPLES or (n >= MIN_SAMPLES and spent >= budget_s) or (n >= 5 and spent >= 20 * budget_s):
             break

@@ -32,3 +32,18 @@ def test_an_extra_column_that_says_fail_fails_the_check(kplay, tmp_path):
     assert result.exit_code == 1
     check = json.loads(result.stdout)["variants"][0]["check"]
     assert not check["ok"] and "gradcheck: FAIL" in check["mismatches"]
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_bench_takes_turns_and_a_warm_call_follows_one_of_its_own(warm):
+    """Round-robin between contenders; warm: each timed call right after an untimed call of the same one."""
+    from playground.timing import bench
+
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": (lambda: (calls.append("prep b"),), lambda _: calls.append("b"))}
+    stats = bench(fns, "cpu", budget_s=0.0, warm=warm)
+    assert stats["a"].samples == stats["b"].samples >= 5
+    timed = [c for c in calls if c != "prep b"][6:]  # after the warm-up, three calls each
+    turn = ["a", "a", "b", "b"] if warm else ["a", "b"]
+    assert timed == turn * stats["a"].samples
+    assert ("each call after one of its own" in stats["a"].method) == warm

@@ -99,6 +99,9 @@ Backward lltm_backward_aten(const Tensor& grad_h, const Tensor& grad_cell, const
 // allocate ourselves (autograd hands the backward broadcast gradients, stride 0), and the stream.
 // Each returns the launch's error.
 template <typename T>
+cudaError_t lltm_cat_launch(const T* old_h, int64_t old_h_s0, int64_t old_h_s1, const T* input, int64_t input_s0,
+                            int64_t input_s1, T* X, int64_t batch, int64_t state, int64_t features, cudaStream_t stream);
+template <typename T>
 cudaError_t lltm_forward_launch(const T* products, int64_t parts, const T* bias, const T* old_cell, int64_t old_cell_s0,
                                 int64_t old_cell_s1, T* gates, T* new_h, T* new_cell, int64_t batch, int64_t state,
                                 cudaStream_t stream);
@@ -132,28 +135,38 @@ cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* 
 static Tensor partial_products(const Tensor& a, const Tensor& b, int64_t parts) {
   const int64_t k = a.size(1);
   if (parts <= 1 || k % parts != 0) return at::mm(a, b).unsqueeze(0);
-  return at::bmm(a.unflatten(1, {parts, k / parts}).transpose(0, 1), b.unflatten(0, {parts, k / parts}));
+  // Part p is a[:, p*s:(p+1)*s] @ b[p*s:(p+1)*s, :], s = k / parts: the same memory, with a part stride.
+  const int64_t s = k / parts;
+  return at::bmm(a.as_strided({parts, a.size(0), s}, {s * a.stride(1), a.stride(0), a.stride(1)}),
+                 b.as_strided({parts, s, b.size(1)}, {s * b.stride(0), b.stride(0), b.stride(1)}));
 }
 
 // Parts of the forward's matmul and of the backward's d_X (params fwd_split and bwd_split; 1 = no split).
 constexpr int64_t kForwardParts = {{fwd_split}}, kBackwardParts = {{bwd_split}};
 
+// The host's path to the matmul is kept short, because the GPU waits for it: every microsecond between
+// the call and the matmul's launch is a microsecond of an idle GPU. So X is copied by a kernel of ours (one
+// launch, where at::cat does much more work on the host to decide how), and the rest is set up after.
 Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
                           const Tensor& old_cell) {
   check_inputs(input, weights, bias, old_h, old_cell);
   const c10::cuda::CUDAGuard device(input.device());
-  const int64_t batch = old_h.size(0), state = old_h.size(1);
-  Tensor X = at::cat({old_h, input}, /*dim=*/1);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t batch = old_h.size(0), state = old_h.size(1), features = input.size(1);
+  Tensor X = at::empty({batch, state + features}, old_h.options());  // [old_h, input]
+  LLTM_DISPATCH(X.scalar_type(), lltm_cat_launch<T>(old_h.data_ptr<T>(), old_h.stride(0), old_h.stride(1),
+                                                    input.data_ptr<T>(), input.stride(0), input.stride(1),
+                                                    X.data_ptr<T>(), batch, state, features, stream));
   // X @ weights^T without the bias, in parts: the kernel adds the parts and the bias (no bias copy first).
   const Tensor products = partial_products(X, weights.t(), kForwardParts);
   Tensor gates = at::empty({batch, 3 * state}, X.options());
-  Tensor new_h = at::empty({batch, state}, old_cell.options());
-  Tensor new_cell = at::empty({batch, state}, old_cell.options());
+  Tensor new_h = at::empty({batch, state}, X.options());
+  Tensor new_cell = at::empty({batch, state}, X.options());
   const Tensor b = bias.contiguous();
   LLTM_DISPATCH(gates.scalar_type(),
                 lltm_forward_launch<T>(products.data_ptr<T>(), products.size(0), b.data_ptr<T>(), old_cell.data_ptr<T>(),
                                        old_cell.stride(0), old_cell.stride(1), gates.data_ptr<T>(), new_h.data_ptr<T>(),
-                                       new_cell.data_ptr<T>(), batch, state, c10::cuda::getCurrentCUDAStream()));
+                                       new_cell.data_ptr<T>(), batch, state, stream));
   return {new_h, new_cell, gates, X};
 }
 

@@ -38,10 +38,17 @@ __device__ __forceinline__ scalar_t d_elu(scalar_t e) {
   return e > scalar_t(0) ? scalar_t(1) : e + scalar_t(1);
 }
 
-// One thread per (batch row n, state column c). The matmul comes in as `parts` partial products (its sum
-// over the columns of X split into parts, lltm.cpp says why), without the bias: both are added here, and
-// the activations go out to gates, for the backward.
-template <typename scalar_t>
+// V consecutive values as one 16-byte load or store (V = 4 floats or 2 doubles); V = 1 is a plain scalar.
+template <typename scalar_t, int V>
+struct alignas(sizeof(scalar_t) * V) Vec {
+  scalar_t v[V];
+};
+
+// One thread per (batch row n, V state columns from c). The matmul comes in as `parts` partial products (its
+// sum over the columns of X split into parts, lltm.cpp says why), without the bias: both are added here, and
+// the activations go out to gates, for the backward. The kernel only moves memory (it reads each partial
+// product once), so it reads and writes V values at a time: fewer, wider memory instructions.
+template <typename scalar_t, int V>
 __global__ void lltm_forward_kernel(
     const scalar_t* __restrict__ products,  // (parts, batch, 3 * state): X @ weights^T, summed over parts
     int64_t parts,
@@ -51,26 +58,34 @@ __global__ void lltm_forward_kernel(
     scalar_t* __restrict__ new_h,           // (batch, state)
     scalar_t* __restrict__ new_cell,        // (batch, state)
     int64_t batch, int64_t state) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // column
+  using Vector = Vec<scalar_t, V>;
+  const int64_t c = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * V;  // first column
   if (c >= state) return;
   const int64_t part_size = batch * 3 * state;
   for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {  // row; loops when batch > 65535 rows of blocks
-    scalar_t z[3];  // input gate, output gate, candidate cell, before their activations
+    Vector z[3];  // input gate, output gate, candidate cell, before their activations
     for (int k = 0; k < 3; ++k) {
       const int64_t j = n * 3 * state + k * state + c;
-      z[k] = bias[k * state + c];
-      for (int64_t p = 0; p < parts; ++p) z[k] += products[p * part_size + j];
+      z[k] = *reinterpret_cast<const Vector*>(bias + k * state + c);
+      for (int64_t p = 0; p < parts; ++p) {
+        const Vector product = *reinterpret_cast<const Vector*>(products + p * part_size + j);
+        for (int i = 0; i < V; ++i) z[k].v[i] += product.v[i];
+      }
     }
-    const scalar_t input_gate = sigmoid(z[0]);
-    const scalar_t output_gate = sigmoid(z[1]);
-    const scalar_t candidate_cell = elu(z[2]);
-    scalar_t* g = gates + n * 3 * state;
-    g[c] = input_gate;
-    g[state + c] = output_gate;
-    g[2 * state + c] = candidate_cell;
-    const scalar_t cell = old_cell[n * old_cell_s0 + c * old_cell_s1] + candidate_cell * input_gate;
-    new_cell[n * state + c] = cell;
-    new_h[n * state + c] = tanh(cell) * output_gate;
+    Vector input_gate, output_gate, candidate_cell, cell, h;
+    for (int i = 0; i < V; ++i) {
+      input_gate.v[i] = sigmoid(z[0].v[i]);
+      output_gate.v[i] = sigmoid(z[1].v[i]);
+      candidate_cell.v[i] = elu(z[2].v[i]);
+      cell.v[i] = old_cell[n * old_cell_s0 + (c + i) * old_cell_s1] + candidate_cell.v[i] * input_gate.v[i];
+      h.v[i] = tanh(cell.v[i]) * output_gate.v[i];
+    }
+    Vector* g = reinterpret_cast<Vector*>(gates + n * 3 * state + c);
+    g[0] = input_gate;
+    g[state / V] = output_gate;
+    g[2 * state / V] = candidate_cell;
+    *reinterpret_cast<Vector*>(new_cell + n * state + c) = cell;
+    *reinterpret_cast<Vector*>(new_h + n * state + c) = h;
   }
 }
 
@@ -123,17 +138,53 @@ __global__ void lltm_backward_kernel(
   }
 }
 
+// X = [old_h, input] (batch, state + features), for the matmul and the backward: what at::cat does, one
+// thread per element of X, reading each input through its strides.
+template <typename scalar_t>
+__global__ void lltm_cat_kernel(const scalar_t* __restrict__ old_h, int64_t old_h_s0, int64_t old_h_s1,
+                                const scalar_t* __restrict__ input, int64_t input_s0, int64_t input_s1,
+                                scalar_t* __restrict__ X, int64_t batch, int64_t state, int64_t features) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // column of X
+  if (c >= state + features) return;
+  for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
+    X[n * (state + features) + c] = c < state ? old_h[n * old_h_s0 + c * old_h_s1] : input[n * input_s0 + (c - state) * input_s1];
+  }
+}
+
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static unsigned grid_rows(int64_t rows) { return unsigned(rows < 65535 ? rows : 65535); }  // gridDim.y limit
+
+template <typename T>
+cudaError_t lltm_cat_launch(const T* old_h, int64_t old_h_s0, int64_t old_h_s1, const T* input, int64_t input_s0,
+                            int64_t input_s1, T* X, int64_t batch, int64_t state, int64_t features, cudaStream_t stream) {
+  if (batch == 0 || state + features == 0) return cudaSuccess;
+  // Blocks of 256 columns by up to 128 rows, each thread looping over the rows: a block per row would be
+  // many tiny blocks, and the copy would take longer to schedule than to do.
+  const dim3 blocks(unsigned(ceil_div(state + features, 256)), unsigned(batch < 128 ? batch : 128));
+  lltm_cat_kernel<T><<<blocks, 256, 0, stream>>>(old_h, old_h_s0, old_h_s1, input, input_s0, input_s1, X, batch, state,
+                                                  features);
+  return cudaGetLastError();
+}
+
+static bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <typename T>
 cudaError_t lltm_forward_launch(const T* products, int64_t parts, const T* bias, const T* old_cell, int64_t old_cell_s0,
                                 int64_t old_cell_s1, T* gates, T* new_h, T* new_cell, int64_t batch, int64_t state,
                                 cudaStream_t stream) {
   if (batch == 0 || state == 0) return cudaSuccess;
-  const dim3 blocks(unsigned(ceil_div(state, kThreads)), grid_rows(batch));
-  lltm_forward_kernel<T><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0, old_cell_s1,
-                                                          gates, new_h, new_cell, batch, state);
+  constexpr int V = 16 / sizeof(T);  // values per 16 bytes
+  // Vectors need every row to start on 16 bytes: state a multiple of V, and aligned buffers (lltm.cpp
+  // allocates all but bias, which may be a view).
+  if (state % V == 0 && aligned16(products) && aligned16(bias) && aligned16(gates) && aligned16(new_h) && aligned16(new_cell)) {
+    const dim3 blocks(unsigned(ceil_div(state / V, kThreads)), grid_rows(batch));
+    lltm_forward_kernel<T, V><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0, old_cell_s1,
+                                                               gates, new_h, new_cell, batch, state);
+  } else {
+    const dim3 blocks(unsigned(ceil_div(state, kThreads)), grid_rows(batch));
+    lltm_forward_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0, old_cell_s1,
+                                                               gates, new_h, new_cell, batch, state);
+  }
   return cudaGetLastError();
 }
 
@@ -152,6 +203,10 @@ cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* 
 }
 
 // The two types lltm.cpp calls (it declares the templates; their code is here).
+template cudaError_t lltm_cat_launch<float>(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*,
+                                            int64_t, int64_t, int64_t, cudaStream_t);
+template cudaError_t lltm_cat_launch<double>(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*,
+                                             int64_t, int64_t, int64_t, cudaStream_t);
 template cudaError_t lltm_forward_launch<float>(const float*, int64_t, const float*, const float*, int64_t, int64_t,
                                                 float*, float*, float*, int64_t, int64_t, cudaStream_t);
 template cudaError_t lltm_forward_launch<double>(const double*, int64_t, const double*, const double*, int64_t, int64_t,

@@ -24,7 +24,7 @@ def lltm_function(ops, variant):
     if variant == "python":
         return lltm_reference
     register_fakes(ops)
-    return ops.lltm
+    return ops.lltm.default  # the one overload: no overload resolution per call
 
 
 class LLTM(torch.nn.Module):

@@ -1,0 +1,251 @@
+"""Where the LLTM cuda forward's synchronized wall clock goes at (1024, 512, 1024), in one GPU call.
+
+    python3 benchmarks/lltm_host_probe.py --out $OUT [--family DIR ...]
+
+For eager and each cuda build (the one in snippets/, and any --family folder: a changed copy of
+snippets/lltm to compare): the forward's wall clock and events (lltm_bench's loop), then one profiled loop of
+wall-clock forwards (torch.profiler, CPU and GPU on one timeline), cut per call into: host before the first
+kernel starts, GPU busy, GPU idle between kernels, and the tail after the last kernel until the synchronize
+returns. Floors beside them: a bare synchronize, one tiny launch and its synchronize, and the forward's
+matmul alone in several forms (cuBLAS, cuBLASLt, split-K parts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import lltm_bench as lb  # noqa: E402
+from playground import registry  # noqa: E402
+from playground.build import build  # noqa: E402
+
+SIZE = (1024, 512, 1024)
+
+
+def wall_us(fn, n=300):
+    """Median synchronized wall clock of fn() in µs."""
+    for _ in range(10):
+        fn()
+    out = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        out.append(time.perf_counter() - t)
+    return round(statistics.median(out) * 1e6, 1)
+
+
+def events_us(fn, n=200):
+    for _ in range(10):
+        fn()
+    out = []
+    for _ in range(n):
+        b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        b.record()
+        fn()
+        e.record()
+        e.synchronize()
+        out.append(b.elapsed_time(e) * 1e3)
+    return round(statistics.median(out), 1)
+
+
+def warm_loop(pairs, budget_s, min_n=30):
+    """Like lltm_bench.time_all, but each turn gives a contender one untimed step before its timed ones,
+    as a training loop runs the same cell step after step: {key: {"wall": [...], "events": [...]}}."""
+    samples = {k: {"wall": [], "events": []} for k in pairs}
+    names = list(dict.fromkeys(name for name, _ in pairs))
+    start, n = time.perf_counter(), 0
+    while n < min_n or time.perf_counter() - start < budget_s:
+        n += 1
+        for name in names:
+            for step in ("forward", "backward"):
+                prepare, run = pairs[(name, step)]
+                out = run(*prepare())  # untimed
+                del out
+                args = prepare()
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                out = run(*args)
+                torch.cuda.synchronize()
+                samples[(name, step)]["wall"].append(time.perf_counter() - t)
+                del out, args
+                args = prepare()
+                b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                b.record()
+                out = run(*args)
+                e.record()
+                e.synchronize()
+                samples[(name, step)]["events"].append(b.elapsed_time(e) / 1e3)
+                del out, args
+    return samples
+
+
+def profiled(fns, inputs, out_dir, n=25, warm=False):
+    """Steps taking turns between contenders, as in the benchmark; per call from one profile: host time
+    to the first kernel's start, GPU busy, idle between kernels, tail to the synchronize's return (µs);
+    and one call's timeline (CPU ops and kernels, µs from the call's start) written to out_dir."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    runs = {(name, step): pair for name, fn in fns.items() for step, pair in lb.SPEC.steps(fn, inputs).items()}
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(n):
+            for (name, step), (prepare, run) in runs.items():
+                if warm:
+                    run(*prepare())
+                args = prepare()
+                torch.cuda.synchronize()
+                with record_function(f"rec|{name}|{step}|{i}"):
+                    out = run(*args)
+                    torch.cuda.synchronize()
+                del out, args
+    events = prof.events()
+    cuda_kind = torch.autograd.DeviceType.CUDA
+    recs = [e for e in events if e.name.startswith("rec|") and e.device_type != cuda_kind]
+    kernels = sorted((e for e in events if e.device_type == cuda_kind and not e.name.startswith("rec|")),
+                     key=lambda e: e.time_range.start)
+    cpu = sorted((e for e in events if e.device_type != cuda_kind and not e.name.startswith("rec|")),
+                 key=lambda e: e.time_range.start)
+    out = {}
+    for name, step in runs:
+        rows, mine = [], [r for r in recs if r.name.split("|")[1:3] == [name, step]]
+        for c in mine:
+            s, e = c.time_range.start, c.time_range.end
+            ks = [k for k in kernels if s <= k.time_range.start <= e]
+            if not ks or int(c.name.split("|")[3]) < 3:
+                continue
+            busy = sum(k.time_range.elapsed_us() for k in ks)
+            first, last = ks[0].time_range.start, max(k.time_range.end for k in ks)
+            big = max(ks, key=lambda k: k.time_range.elapsed_us())
+            rows.append({"wall": e - s, "to_first_kernel": first - s, "to_biggest_kernel": big.time_range.start - s,
+                         "busy": busy, "idle_between": (last - first) - busy, "tail": e - last, "kernels": len(ks)})
+        out[f"{name} {step}"] = {k: round(statistics.median(r[k] for r in rows), 1) for k in rows[0]} if rows else {}
+        c = next((r for r in mine if r.name.endswith("|10")), None)
+        if c is not None:
+            s, e = c.time_range.start, c.time_range.end
+            lines = [f"{x.time_range.start - s:8.1f} +{x.time_range.elapsed_us():7.1f}  cpu  {x.name[:100]}"
+                     for x in cpu if s <= x.time_range.start <= e]
+            lines += [f"{k.time_range.start - s:8.1f} +{k.time_range.elapsed_us():7.1f}  GPU  {k.name[:100]}"
+                      for k in kernels if s <= k.time_range.start <= e]
+            lines.sort(key=lambda ln: float(ln.split()[0]))
+            (out_dir / f"timeline-{'warm' if warm else 'cold'}-{name.replace(' ', '_')}-{step}.txt").write_text("\n".join(lines) + "\n")
+    return out
+
+
+def gpu_us(fn, reps=20, rounds=7):
+    """GPU time per call: reps back-to-back calls between two events (host overhead hidden), median of rounds."""
+    for _ in range(3):
+        fn()
+    got = []
+    for _ in range(rounds):
+        b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        b.record()
+        for _ in range(reps):
+            fn()
+        e.record()
+        e.synchronize()
+        got.append(b.elapsed_time(e) * 1e3 / reps)
+    return round(statistics.median(got), 1)
+
+
+def backward_matmuls(inputs):
+    """The backward's two matmuls, d_X = dG @ W and d_W = dG^T @ X, whole and in split-K parts (+ the sum)."""
+    input, weights, bias, old_h, *_ = inputs
+    X = torch.cat([old_h, input], 1)
+    dG = torch.randn(X.shape[0], weights.shape[0], device="cuda")
+
+    def parts(a, b, p):
+        k = a.shape[1]
+        s = k // p
+        return torch.bmm(a.as_strided((p, a.shape[0], s), (s * a.stride(1), a.stride(0), a.stride(1))),
+                         b.as_strided((p, s, b.shape[1]), (s * b.stride(0), b.stride(0), b.stride(1))))
+
+    fns = {"d_X mm": lambda: dG @ weights, "d_W mm": lambda: dG.t() @ X,
+           "d_W^T = X^T dG (mm)": lambda: X.t() @ dG, "d_X^T = W^T dG^T (mm)": lambda: weights.t() @ dG.t()}
+    for p in (2, 4):
+        fns[f"d_W split {p} bmm only"] = lambda p=p: parts(dG.t(), X, p)
+        fns[f"d_W split {p} + sum"] = lambda p=p: parts(dG.t(), X, p).sum(0)
+        fns[f"d_X split {p} bmm only"] = lambda p=p: parts(dG, weights, p)
+    fns["fwd split 4 bmm"] = lambda: parts(X, weights.t(), 4)
+    fns["cat"] = lambda: torch.cat([old_h, input], 1)
+    return {k: gpu_us(f) for k, f in fns.items()}
+
+
+def matmuls(inputs):
+    input, weights, bias, old_h, *_ = inputs
+    X = torch.cat([old_h, input], 1)
+    K = X.shape[1]
+
+    def split(p):
+        return lambda: torch.bmm(X.unflatten(1, (p, K // p)).transpose(0, 1), weights.t().unflatten(0, (p, K // p)))
+
+    fns = {"mm X@W^T": lambda: X @ weights.t(), "addmm (eager)": lambda: torch.addmm(bias, X, weights.t())}
+    for p in (2, 4, 6, 8, 12):
+        if K % p == 0:
+            fns[f"bmm split {p}"] = split(p)
+    Wh, Wi = weights[:, :old_h.shape[1]], weights[:, old_h.shape[1]:]
+    fns["two mm (old_h, input) no cat"] = lambda: (old_h @ Wh.t(), input @ Wi.t())
+    out = {}
+    for lib in ("cublas", "cublaslt"):
+        try:
+            torch.backends.cuda.preferred_blas_library(lib)
+        except Exception as e:  # noqa: BLE001
+            out[lib] = repr(e)
+            continue
+        for k, f in fns.items():
+            out[f"{lib}: {k}"] = events_us(f, 100)
+    torch.backends.cuda.preferred_blas_library("cublas")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--family", type=Path, action="append", default=[], help="a changed copy of snippets/lltm")
+    ap.add_argument("--matmuls", action="store_true", help="also time the forward's matmul alone, several ways")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    args.out.mkdir(parents=True, exist_ok=True)
+    fns = {"eager": lb.SPEC.lltm_reference}
+    for i, folder in enumerate([None, *args.family]):
+        fam = lb.FAMILY if folder is None else registry.load_family(folder.resolve())
+        t = time.perf_counter()
+        ops, _ = build(fam, fam.variants["cuda"], fam.parse_params([]))
+        name = "cuda" if folder is None else f"cuda {folder.name}"
+        print(f"built {name}: {time.perf_counter() - t:.0f} s", flush=True)
+        fns[name] = lb.SPEC.lltm_function(ops, "cuda")
+    inputs = lb.inputs_for(SIZE, "cuda")
+    small = torch.zeros(16, device="cuda")
+    report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "floors_wall_us": {"synchronize alone": wall_us(lambda: None),
+                                 "one tiny launch": wall_us(lambda: small.add_(1))}}
+    for name, fn in fns.items():
+        report.setdefault("check", {})[name] = lb.check(fn, inputs)
+    pairs = {(name, step): pair for name, fn in fns.items() for step, pair in lb.SPEC.steps(fn, inputs).items()}
+    got = lb.time_all(pairs, True, 3.0, warm=False)
+    report["bench_us"] = {f"{n} {s}": lb.median_us(v) for (n, s), v in got.items()}
+    plain = [x.detach().clone() for x in inputs[:5]]
+    for name, fn in fns.items():
+        with torch.no_grad():
+            report.setdefault("no_grad_fwd_wall_us", {})[name] = wall_us(lambda fn=fn: fn(*plain))
+    report["warm_us"] = {f"{n} {s}": lb.median_us(v) for (n, s), v in warm_loop(pairs, 3.0).items()}
+    report["profile, warm"] = profiled(fns, inputs, args.out, warm=True)
+    if args.matmuls:
+        report["profile"] = profiled(fns, inputs, args.out)
+        report["gpu_us_backward_matmuls"] = backward_matmuls(inputs)
+    if args.matmuls:
+        report["matmuls_events_us"] = matmuls(inputs)
+    (args.out / "lltm-host-probe.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
