@@ -138,8 +138,8 @@ __global__ void lltm_backward_kernel(
   }
 }
 
-// X = [old_h, input] (batch, state + features), for the matmul and the backward: what at::cat does, one
-// thread per element of X, reading each input through its strides.
+// X = [old_h, input] (batch, state + features), for the matmul and the backward: what at::cat does. One
+// thread per column of X, looping over rows, reading each input through its strides.
 template <typename scalar_t>
 __global__ void lltm_cat_kernel(const scalar_t* __restrict__ old_h, int64_t old_h_s0, int64_t old_h_s1,
                                 const scalar_t* __restrict__ input, int64_t input_s0, int64_t input_s1,
