@@ -270,7 +270,8 @@ def main():
     report = {"environment": env, "builds": builds, "results": results, "verdicts": verdicts}
     md = (f"# LLTM per call, {env.get('gpu', env['cpu'])}\n\n{env['date']}, torch {env['torch']}, CUDA {env['cuda']}, "
           f"{env['threads']} CPU threads. Times are medians in µs; speedups on the synchronized wall clock "
-          f"(on CUDA, events in brackets).\n\n" + "\n".join(table(r, args.device) for r in results) +
+          f"(on CUDA, events in brackets). Each timed call follows an untimed step of the same contender; "
+          f"the last column is the cold loop, without that step.\n\n" + "\n".join(table(r, args.device) for r in results) +
           "\n" + "\n".join(f"- {v}" for v in verdicts) + "\n")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
