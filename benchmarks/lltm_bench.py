@@ -98,12 +98,13 @@ def check(fn, inputs) -> dict:
 
 
 def time_all(pairs: dict, cuda: bool, budget_s: float, warm: bool = True, min_n: int = 30, max_n: int = 3000) -> dict:
-    """{key: {"wall": [...], "events": [...]}} in seconds; every (prepare, run) pair takes its turn.
+    """{key: {"wall": [...], "events": [...]}} in seconds; every (prepare, run) pair takes its turn, once per
+    clock, both from an idle GPU (so the host's path to the first kernel counts in the events too).
 
-    warm: each turn starts with one untimed step of the same contender, as a training loop runs one cell
-    step after step (the tutorial's loop). Cold (warm=False), every timed call follows another contender's,
-    and pays for the host's caches holding that one's code: the host's path to the first kernel then takes
-    tens of microseconds longer, on the wall clock and in the events alike.
+    warm: each timed call follows one untimed step of the same contender, as a training loop runs one cell
+    step after step (the tutorial's loop). Cold (warm=False), every timed call follows another contender's
+    (a backward, its own untimed forward: that is how it gets a graph), and pays for the host's caches
+    holding that one's code: the host's path to the first kernel then takes tens of microseconds longer.
     """
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for prepare, run in pairs.values():  # warm-up: lazy init, allocator, torch.compile's first calls
@@ -111,28 +112,30 @@ def time_all(pairs: dict, cuda: bool, budget_s: float, warm: bool = True, min_n:
             run(*prepare())
     sync()
     samples = {k: {"wall": [], "events": []} for k in pairs}
-    start = time.perf_counter()
-    for n in range(max_n):
-        for key, (prepare, run) in pairs.items():
-            if warm:
-                run(*prepare())
-            args = prepare()
-            sync()
+
+    def timed(prepare, run, clock):
+        if warm:
+            run(*prepare())
+        args = prepare()
+        sync()
+        if clock == "wall":
             t = time.perf_counter()
             out = run(*args)
             sync()
-            samples[key]["wall"].append(time.perf_counter() - t)
-            del out, args
-            if cuda:
-                args = prepare()
-                sync()  # from an idle GPU, as the wall clock: the host's path to the first kernel counts
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record()
-                out = run(*args)
-                end.record()
-                end.synchronize()
-                samples[key]["events"].append(begin.elapsed_time(end) / 1e3)
-                del out, args
+            return time.perf_counter() - t
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        out = run(*args)
+        end.record()
+        end.synchronize()
+        del out
+        return begin.elapsed_time(end) / 1e3
+
+    start = time.perf_counter()
+    for n in range(max_n):
+        for clock in ("wall", "events") if cuda else ("wall",):
+            for key, (prepare, run) in pairs.items():
+                samples[key][clock].append(timed(prepare, run, clock))
         if n + 1 >= min_n and time.perf_counter() - start > budget_s:
             break
     return samples

@@ -225,8 +225,9 @@ def _time(spec, p, result, built, inputs, dtype, device, budget_s, compile_basel
     nbytes = spec.traffic(p.sizes, dtype) if hasattr(spec, "traffic") else 0
     flops = spec.flops(p.sizes) if hasattr(spec, "flops") else 0
     try:
-        # Tiny ops (WALL_CLOCK): events hide host overhead, so also time each call on a synchronized wall
-        # clock; each call warm, after one of its own, as in a model that runs the op step after step.
+        # Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
+        # own (as in a model that runs the op step after step), from an idle GPU (the events then include
+        # the host's path to the first kernel), and also on a synchronized wall clock.
         tiny = getattr(spec, "WALL_CLOCK", False)
         stats = bench(fns, device, budget_s=budget_s, working_set=nbytes, warm=tiny)
         walls = bench(fns, device, budget_s=budget_s, wall=True, warm=True) if device == "cuda" and tiny else {}

@@ -49,7 +49,7 @@ def bench(fns: dict[str, Callable | tuple[Callable, Callable]], device: str, bud
     if flush:
         method += ", L2 flushed"
     if warm:
-        method += ", each call after one of its own"
+        method += ", each call after one of its own, from an idle GPU" if cuda else ", each call after one of its own"
     for prepare, run in fns.values():  # warm-up: caches, lazy init, allocator
         for _ in range(3):
             run(*prepare())

@@ -214,10 +214,24 @@ def test_cuda_matches_reference(shape, dtype, params):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("shape", [(6, 5, 7), (6, 5, 8)], ids=str)  # state 8: the 16-byte path, strided old_cell
 @pytest.mark.parametrize("variant", ["cpp", "cuda"])
-def test_cuda_non_contiguous_inputs(variant):
-    xs = strided(inputs((6, 5, 7), torch.float64, "cuda"))
-    assert_matches(SPEC.lltm_function(ops(variant), variant), xs, torch.float64)
+def test_cuda_non_contiguous_inputs(variant, shape, dtype):
+    xs = strided(inputs(shape, dtype, "cuda"))
+    assert_matches(SPEC.lltm_function(ops(variant), variant), xs, dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_cuda_misaligned_inputs(dtype):
+    """Contiguous tensors that start one element past 16 bytes: the kernels must take their scalar path."""
+    def shifted(x):
+        return torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:].view(x.shape).copy_(x)
+
+    xs = [shifted(x) for x in inputs((6, 5, 8), dtype, "cuda")]
+    assert all(x.data_ptr() % 16 for x in xs)
+    assert_matches(SPEC.lltm_function(ops("cuda"), "cuda"), xs, dtype)
 
 
 @pytest.mark.cuda

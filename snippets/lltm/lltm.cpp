@@ -163,6 +163,7 @@ Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, const Tens
   Tensor new_h = at::empty({batch, state}, X.options());
   Tensor new_cell = at::empty({batch, state}, X.options());
   const Tensor b = bias.contiguous();
+  TORCH_CHECK(products.is_contiguous(), "lltm (CUDA): the kernel reads the partial products as (parts, batch, 3*state)");
   LLTM_DISPATCH(gates.scalar_type(),
                 lltm_forward_launch<T>(products.data_ptr<T>(), products.size(0), b.data_ptr<T>(), old_cell.data_ptr<T>(),
                                        old_cell.stride(0), old_cell.stride(1), gates.data_ptr<T>(), new_h.data_ptr<T>(),
