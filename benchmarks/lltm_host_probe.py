@@ -1,13 +1,15 @@
 """Where the LLTM cuda forward's synchronized wall clock goes at (1024, 512, 1024), in one GPU call.
 
-    python3 benchmarks/lltm_host_probe.py --out $OUT [--family DIR ...]
+    python3 benchmarks/lltm_host_probe.py --out $OUT [--family DIR ...] [--matmuls]
 
 For eager and each cuda build (the one in snippets/, and any --family folder: a changed copy of
-snippets/lltm to compare): the forward's wall clock and events (lltm_bench's loop), then one profiled loop of
-wall-clock forwards (torch.profiler, CPU and GPU on one timeline), cut per call into: host before the first
-kernel starts, GPU busy, GPU idle between kernels, and the tail after the last kernel until the synchronize
-returns. Floors beside them: a bare synchronize, one tiny launch and its synchronize, and the forward's
-matmul alone in several forms (cuBLAS, cuBLASLt, split-K parts).
+snippets/lltm, to compare in the same run): forward and backward on the wall clock and in events, in the
+cold loop (lltm_bench.time_all, warm=False) and a warm one (an untimed step of the same contender first), and
+forward without autograd; then one profiled warm loop (torch.profiler, CPU and GPU on one timeline), cut per
+call into host time to the first and to the biggest kernel, GPU busy, GPU idle between kernels, and the tail
+to the synchronize's return, with one call's timeline written to --out. Floors beside them: a bare
+synchronize, one tiny launch and its synchronize. --matmuls adds the forward's matmul alone in several forms
+(cuBLAS, cuBLASLt, split-K parts), a cold profile, and the backward's matmuls in several forms.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def gpu_us(fn, reps=20, rounds=7):
 
 def backward_matmuls(inputs):
     """The backward's two matmuls, d_X = dG @ W and d_W = dG^T @ X, whole and in split-K parts (+ the sum)."""
-    input, weights, bias, old_h, *_ = inputs
+    input, weights, _, old_h, *_ = inputs
     X = torch.cat([old_h, input], 1)
     dG = torch.randn(X.shape[0], weights.shape[0], device="cuda")
 
