@@ -8,8 +8,8 @@ cold loop (lltm_bench.time_all, warm=False) and a warm one (an untimed step of t
 forward without autograd; then one profiled warm loop (torch.profiler, CPU and GPU on one timeline), cut per
 call into host time to the first and to the biggest kernel, GPU busy, GPU idle between kernels, and the tail
 to the synchronize's return, with one call's timeline written to --out. Floors beside them: a bare
-synchronize, one tiny launch and its synchronize. --matmuls adds the forward's matmul alone in several forms
-(cuBLAS, cuBLASLt, split-K parts), a cold profile, and the backward's matmuls in several forms.
+synchronize, one tiny launch and its synchronize. --matmuls adds a cold profile and the matmuls alone in
+several forms (GPU time: cuBLAS, cuBLASLt, split-K parts, transposed).
 """
 
 from __future__ import annotations
@@ -44,51 +44,6 @@ def wall_us(fn, n=300):
         torch.cuda.synchronize()
         out.append(time.perf_counter() - t)
     return round(statistics.median(out) * 1e6, 1)
-
-
-def events_us(fn, n=200):
-    for _ in range(10):
-        fn()
-    out = []
-    for _ in range(n):
-        b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        b.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(b.elapsed_time(e) * 1e3)
-    return round(statistics.median(out), 1)
-
-
-def warm_loop(pairs, budget_s, min_n=30):
-    """Like lltm_bench.time_all, but each turn gives a contender one untimed step before its timed ones,
-    as a training loop runs the same cell step after step: {key: {"wall": [...], "events": [...]}}."""
-    samples = {k: {"wall": [], "events": []} for k in pairs}
-    names = list(dict.fromkeys(name for name, _ in pairs))
-    start, n = time.perf_counter(), 0
-    while n < min_n or time.perf_counter() - start < budget_s:
-        n += 1
-        for name in names:
-            for step in ("forward", "backward"):
-                prepare, run = pairs[(name, step)]
-                out = run(*prepare())  # untimed
-                del out
-                args = prepare()
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                out = run(*args)
-                torch.cuda.synchronize()
-                samples[(name, step)]["wall"].append(time.perf_counter() - t)
-                del out, args
-                args = prepare()
-                b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                b.record()
-                out = run(*args)
-                e.record()
-                e.synchronize()
-                samples[(name, step)]["events"].append(b.elapsed_time(e) / 1e3)
-                del out, args
-    return samples
 
 
 def profiled(fns, inputs, out_dir, n=25, warm=False):
@@ -158,54 +113,36 @@ def gpu_us(fn, reps=20, rounds=7):
     return round(statistics.median(got), 1)
 
 
-def backward_matmuls(inputs):
-    """The backward's two matmuls, d_X = dG @ W and d_W = dG^T @ X, whole and in split-K parts (+ the sum)."""
-    input, weights, _, old_h, *_ = inputs
+def matmuls(inputs):
+    """The forward's and the backward's matmuls alone, GPU time: whole, transposed, in split-K parts (as
+    lltm.cpp's partial_products), the forward's also through cuBLASLt and without the cat."""
+    input, weights, bias, old_h, *_ = inputs
     X = torch.cat([old_h, input], 1)
     dG = torch.randn(X.shape[0], weights.shape[0], device="cuda")
+    state = old_h.shape[1]
 
     def parts(a, b, p):
-        k = a.shape[1]
-        s = k // p
+        s = a.shape[1] // p
         return torch.bmm(a.as_strided((p, a.shape[0], s), (s * a.stride(1), a.stride(0), a.stride(1))),
                          b.as_strided((p, s, b.shape[1]), (s * b.stride(0), b.stride(0), b.stride(1))))
 
-    fns = {"d_X mm": lambda: dG @ weights, "d_W mm": lambda: dG.t() @ X,
-           "d_W^T = X^T dG (mm)": lambda: X.t() @ dG, "d_X^T = W^T dG^T (mm)": lambda: weights.t() @ dG.t()}
-    for p in (2, 4):
-        fns[f"d_W split {p} bmm only"] = lambda p=p: parts(dG.t(), X, p)
-        fns[f"d_W split {p} + sum"] = lambda p=p: parts(dG.t(), X, p).sum(0)
-        fns[f"d_X split {p} bmm only"] = lambda p=p: parts(dG, weights, p)
-    fns["fwd split 4 bmm"] = lambda: parts(X, weights.t(), 4)
-    fns["cat"] = lambda: torch.cat([old_h, input], 1)
-    return {k: gpu_us(f) for k, f in fns.items()}
-
-
-def matmuls(inputs):
-    input, weights, bias, old_h, *_ = inputs
-    X = torch.cat([old_h, input], 1)
-    K = X.shape[1]
-
-    def split(p):
-        return lambda: torch.bmm(X.unflatten(1, (p, K // p)).transpose(0, 1), weights.t().unflatten(0, (p, K // p)))
-
-    fns = {"mm X@W^T": lambda: X @ weights.t(), "addmm (eager)": lambda: torch.addmm(bias, X, weights.t())}
+    forward = {"fwd X@W^T (mm)": lambda: X @ weights.t(), "fwd addmm (eager)": lambda: torch.addmm(bias, X, weights.t()),
+               "fwd two mm, no cat": lambda: (old_h @ weights[:, :state].t(), input @ weights[:, state:].t())}
     for p in (2, 4, 6, 8, 12):
-        if K % p == 0:
-            fns[f"bmm split {p}"] = split(p)
-    Wh, Wi = weights[:, :old_h.shape[1]], weights[:, old_h.shape[1]:]
-    fns["two mm (old_h, input) no cat"] = lambda: (old_h @ Wh.t(), input @ Wi.t())
-    out = {}
+        if X.shape[1] % p == 0:
+            forward[f"fwd split {p} (bmm)"] = lambda p=p: parts(X, weights.t(), p)
+    out = {"cat": gpu_us(lambda: torch.cat([old_h, input], 1))}
     for lib in ("cublas", "cublaslt"):
-        try:
-            torch.backends.cuda.preferred_blas_library(lib)
-        except Exception as e:  # noqa: BLE001
-            out[lib] = repr(e)
-            continue
-        for k, f in fns.items():
-            out[f"{lib}: {k}"] = events_us(f, 100)
+        torch.backends.cuda.preferred_blas_library(lib)
+        out |= {f"{lib}: {k}": gpu_us(f) for k, f in forward.items()}
     torch.backends.cuda.preferred_blas_library("cublas")
-    return out
+    backward = {"d_X mm": lambda: dG @ weights, "d_W mm": lambda: dG.t() @ X,
+                "d_W^T = X^T dG (mm)": lambda: X.t() @ dG, "d_X^T = W^T dG^T (mm)": lambda: weights.t() @ dG.t()}
+    for p in (2, 4):
+        backward[f"d_W split {p} bmm only"] = lambda p=p: parts(dG.t(), X, p)
+        backward[f"d_W split {p} + sum"] = lambda p=p: parts(dG.t(), X, p).sum(0)
+        backward[f"d_X split {p} bmm only"] = lambda p=p: parts(dG, weights, p)
+    return out | {k: gpu_us(f) for k, f in backward.items()}
 
 
 def main():
@@ -217,7 +154,7 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     args.out.mkdir(parents=True, exist_ok=True)
     fns = {"eager": lb.SPEC.lltm_reference}
-    for i, folder in enumerate([None, *args.family]):
+    for folder in [None, *args.family]:
         fam = lb.FAMILY if folder is None else registry.load_family(folder.resolve())
         t = time.perf_counter()
         ops, _ = build(fam, fam.variants["cuda"], fam.parse_params([]))
@@ -238,13 +175,12 @@ def main():
     for name, fn in fns.items():
         with torch.no_grad():
             report.setdefault("no_grad_fwd_wall_us", {})[name] = wall_us(lambda fn=fn: fn(*plain))
-    report["warm_us"] = {f"{n} {s}": lb.median_us(v) for (n, s), v in warm_loop(pairs, 3.0).items()}
+    got = lb.time_all(pairs, True, 3.0, warm=True)
+    report["warm_us"] = {f"{n} {s}": lb.median_us(v) for (n, s), v in got.items()}
     report["profile, warm"] = profiled(fns, inputs, args.out, warm=True)
     if args.matmuls:
         report["profile"] = profiled(fns, inputs, args.out)
-        report["gpu_us_backward_matmuls"] = backward_matmuls(inputs)
-    if args.matmuls:
-        report["matmuls_events_us"] = matmuls(inputs)
+        report["gpu_us_matmuls"] = matmuls(inputs)
     (args.out / "lltm-host-probe.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
 
