@@ -200,7 +200,7 @@ def _sweep_progress(total: int, key: str):
     @contextmanager
     def manager():
         with Progress(TextColumn("{task.fields[point]}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                      TimeElapsedColumn(), console=err, transient=True) as progress:
+                      TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as progress:
             task = progress.add_task("starting", total=total, point="")
 
             def on_point(k, request):
@@ -221,7 +221,7 @@ def _progress():
     @contextmanager
     def manager():
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=err, transient=True) as progress:
+                      console=err, transient=True, disable=not err.is_terminal) as progress:
             task = progress.add_task("starting (importing torch)", total=None)
             yield _events(progress, task)
 

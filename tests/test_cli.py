@@ -94,6 +94,7 @@ def test_print_array_rejects_fractions_for_int_dtypes(kplay):
 def test_cuda_without_gpu_is_a_usage_error(kplay):
     result = kplay("run", "sum", "--device", "cuda", "--n", "100")
     assert result.exit_code == 2 and "no CUDA GPU" in result.stderr
+    assert len(result.stderr.splitlines()) == 1  # found after the progress display started: no stray line
 
 
 def test_doctor_reports_each_part(kplay):
