@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -80,7 +81,7 @@ class RunResult:
 
 def _finite(x):
     if isinstance(x, float):
-        return x if x == x and abs(x) != float("inf") else None
+        return x if math.isfinite(x) else None
     if isinstance(x, dict):
         return {k: _finite(v) for k, v in x.items()}
     if isinstance(x, list):
@@ -94,7 +95,7 @@ def parse_size(key: str, text) -> int:
         value = float(str(text).replace("_", ""))
     except ValueError:
         raise UsageError(f"--{key} {text}: not a number") from None
-    if value != value or value < 1:
+    if math.isnan(value) or value < 1:
         raise UsageError(f"--{key} {text}: must be at least 1")
     if value > MAX_SIZE:
         raise UsageError(f"--{key} {text}: too large (at most 2^40)")
