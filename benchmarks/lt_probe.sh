@@ -4,7 +4,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
-wheel=$(python3 -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0] + '/x'))" 2>/dev/null || true)
+wheel=$(python3 -c "import nvidia; print(list(nvidia.__path__)[0])" 2>/dev/null || true)
 inc="" lib=""
 for d in "$cuda/include" "$cuda/targets/x86_64-linux/include" $wheel/cu13/include $wheel/cublas/include; do
     [ -f "$d/cublasLt.h" ] && { inc=$d; break; }
