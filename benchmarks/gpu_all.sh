@@ -23,7 +23,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
         linear) step linear-gpu 120 python3 benchmarks/linear_gpu.py --out $R ;;
-        lltm) step lltm-gpu 150 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
+        lltm) step lltm-gpu 240 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         sweeps) OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh ;;

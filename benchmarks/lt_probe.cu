@@ -3,12 +3,17 @@
 // scheme that cublasLtMatmulAlgoCheck accepts, each timed with events (GPU time per call, back to back).
 // The enumeration leaves the stage count undefined, which some algorithms (55, the heuristic's favourite
 // here) reject; the heuristic's list is the useful part (results/lt-probe-h200.txt).
+// Last, the host's cost of one call (time until the call returns, the GPU busy behind it) for the forward as
+// four k-slices in one batched matmul, the way lltm.cu runs it: cuBLAS's cublasSgemmStridedBatched against
+// cublasLtMatmul with an algorithm chosen once, and an empty kernel's launch for scale.
 //
 //     bash benchmarks/lt_probe.sh      # builds with nvcc against cuBLASLt and runs it
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +34,7 @@ struct Problem {
   const char* name;
   int m, n, k;
   cublasOperation_t ta, tb;
+  int parts;  // > 1: the forward as k-slices of X and W (k is a slice's length), one batched matmul
 };
 
 struct Timed {
@@ -39,13 +45,105 @@ struct Timed {
 
 static const size_t kWorkspace = 64 << 20;
 
+__global__ void empty_kernel() {}
+
+// Median host microseconds of `call` over `reps` calls, each timed alone, the GPU kept busy by the calls.
+template <class F>
+static double host_us(F call, int reps = 41) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    call();
+    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  CK(cudaDeviceSynchronize());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// The forward gates = X W^T as `parts` k-slices, one batched call: D_p (G x B, column-major) = W_p^T X_p.
+static void host_costs(cublasLtHandle_t lt, void* ws, cudaEvent_t b, cudaEvent_t e) {
+  const int B = 1024, features = 512, state = 1024, K = state + features, G = 3 * state, parts = 4, kp = K / parts;
+  float *W, *X, *D;
+  CK(cudaMalloc(&W, size_t(G) * K * 4));
+  CK(cudaMalloc(&X, size_t(B) * K * 4));
+  CK(cudaMalloc(&D, size_t(parts) * G * B * 4));
+  CK(cudaMemset(W, 0, size_t(G) * K * 4));
+  CK(cudaMemset(X, 0, size_t(B) * K * 4));
+  const float one = 1, zero = 0;
+  const long long sa = kp, sd = (long long)G * B;
+  std::printf("\n## host cost per call: forward as %d k-slices of %d in one batched matmul\n", parts, kp);
+
+  cublasHandle_t h;
+  CK(cublasCreate(&h));
+  CK(cublasSetWorkspace(h, ws, kWorkspace));
+  auto classic = [&] {
+    CK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, G, B, kp, &one, W, K, sa, X, K, sa, &zero, D, G, sd,
+                                 parts));
+  };
+  auto gpu_us = [&](auto call) {
+    call();
+    CK(cudaEventRecord(b));
+    for (int i = 0; i < 5; ++i) call();
+    CK(cudaEventRecord(e));
+    CK(cudaEventSynchronize(e));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, b, e));
+    return ms * 1e3 / 5;
+  };
+  std::printf("  cublasSgemmStridedBatched: GPU %.1f us, host %.1f us\n", gpu_us(classic), host_us(classic));
+
+  cublasLtMatmulDesc_t op;
+  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
+  CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
+  CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof(N)));
+  cublasLtMatrixLayout_t la, lb, ld;
+  CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, kp, G, K));
+  CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, kp, B, K));
+  CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, G, B, G));
+  for (auto [l, stride] : {std::pair{la, sa}, std::pair{lb, sa}, std::pair{ld, sd}}) {
+    CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &parts, sizeof(parts)));
+    CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  cublasLtMatmulPreference_t pref;
+  CK(cublasLtMatmulPreferenceCreate(&pref));
+  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
+                                          sizeof(kWorkspace)));
+  cublasLtMatmulHeuristicResult_t heur[8];
+  int nh = 0;
+  auto heuristic = [&] { CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 8, heur, &nh)); };
+  std::printf("  cublasLtMatmulAlgoGetHeuristic: host %.1f us\n", host_us(heuristic, 11));
+  for (int i = 0; i < nh; ++i) {
+    auto call = [&] {
+      CK(cublasLtMatmul(lt, op, &one, W, la, X, lb, &zero, D, ld, D, ld, &heur[i].algo, ws, kWorkspace, 0));
+    };
+    std::printf("  cublasLtMatmul, heuristic #%d: GPU %.1f us, host %.1f us\n", i, gpu_us(call), host_us(call));
+  }
+  auto launch = [] { empty_kernel<<<1, 32>>>(); };
+  std::printf("  empty kernel launch: host %.1f us\n", host_us(launch));
+  auto query = [] { int d; CK(cudaGetDevice(&d)); };
+  std::printf("  cudaGetDevice: host %.2f us\n", host_us(query));
+  cublasDestroy(h);
+}
+
 // Column-major D (m x n) = op(A) op(B); A stored (m x k) or, transposed, (k x m); likewise B.
-int main() {
+int main(int argc, char** argv) {
+  const bool forward_only = argc > 1 && std::string(argv[1]) == "forward";
   const int batch = 1024, features = 512, state = 1024, K = state + features, G = 3 * state;
   const Problem problems[] = {
-      {"forward gates = X W^T", G, batch, K, CUBLAS_OP_T, CUBLAS_OP_N},
-      {"backward d_X = dG W", K, batch, G, CUBLAS_OP_N, CUBLAS_OP_N},
-      {"backward d_W = dG^T X", K, G, batch, CUBLAS_OP_N, CUBLAS_OP_T},
+      {"forward gates = X W^T", G, batch, K, CUBLAS_OP_T, CUBLAS_OP_N, 1},
+      {"forward in 2 k-slices", G, batch, K / 2, CUBLAS_OP_T, CUBLAS_OP_N, 2},
+      {"forward in 3 k-slices", G, batch, K / 3, CUBLAS_OP_T, CUBLAS_OP_N, 3},
+      {"forward in 4 k-slices", G, batch, K / 4, CUBLAS_OP_T, CUBLAS_OP_N, 4},
+      {"forward in 6 k-slices", G, batch, K / 6, CUBLAS_OP_T, CUBLAS_OP_N, 6},
+      {"forward in 8 k-slices", G, batch, K / 8, CUBLAS_OP_T, CUBLAS_OP_N, 8},
+      {"forward transposed, gates^T = W X^T", batch, G, K, CUBLAS_OP_T, CUBLAS_OP_N, 1},
+      {"forward transposed in 2 k-slices", batch, G, K / 2, CUBLAS_OP_T, CUBLAS_OP_N, 2},
+      {"forward transposed in 4 k-slices", batch, G, K / 4, CUBLAS_OP_T, CUBLAS_OP_N, 4},
+      {"forward transposed in 8 k-slices", batch, G, K / 8, CUBLAS_OP_T, CUBLAS_OP_N, 8},
+      {"backward d_X = dG W", K, batch, G, CUBLAS_OP_N, CUBLAS_OP_N, 1},
+      {"backward d_W = dG^T X", K, G, batch, CUBLAS_OP_N, CUBLAS_OP_T, 1},
   };
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
@@ -58,16 +156,19 @@ int main() {
   std::uniform_real_distribution<float> uni(-1, 1);
 
   for (const Problem& p : problems) {
+    if (forward_only && p.m == K) continue;
     const int ar = p.ta == CUBLAS_OP_N ? p.m : p.k, ac = p.ta == CUBLAS_OP_N ? p.k : p.m;
     const int br = p.tb == CUBLAS_OP_N ? p.k : p.n, bc = p.tb == CUBLAS_OP_N ? p.n : p.k;
-    std::vector<float> ha(size_t(ar) * ac), hb(size_t(br) * bc);
+    const int lda = ar * p.parts, ldb = br * p.parts;  // slices: rows of A and B are k, side by side
+    const size_t out = size_t(p.m) * p.n * p.parts;
+    std::vector<float> ha(size_t(lda) * ac), hb(size_t(ldb) * bc);
     for (float& x : ha) x = uni(gen);
     for (float& x : hb) x = uni(gen);
     float *A, *B, *D, *R;
     CK(cudaMalloc(&A, ha.size() * 4));
     CK(cudaMalloc(&B, hb.size() * 4));
-    CK(cudaMalloc(&D, size_t(p.m) * p.n * 4));
-    CK(cudaMalloc(&R, size_t(p.m) * p.n * 4));
+    CK(cudaMalloc(&D, out * 4));
+    CK(cudaMalloc(&R, out * 4));
     CK(cudaMemcpy(A, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(B, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice));
     cublasLtMatmulDesc_t op;
@@ -75,9 +176,16 @@ int main() {
     CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &p.ta, sizeof(p.ta)));
     CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &p.tb, sizeof(p.tb)));
     cublasLtMatrixLayout_t la, lb, ld;
-    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ar, ac, ar));
-    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, br, bc, br));
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ar, ac, lda));
+    CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, br, bc, ldb));
     CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, p.m, p.n, p.m));
+    if (p.parts > 1) {
+      const long long sab = p.k, sd = (long long)p.m * p.n;
+      for (auto [l, stride] : {std::pair{la, sab}, std::pair{lb, sab}, std::pair{ld, sd}}) {
+        CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &p.parts, sizeof(p.parts)));
+        CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+      }
+    }
     const float one = 1, zero = 0;
 
     auto run = [&](const cublasLtMatmulAlgo_t& algo, float* out) {
@@ -110,7 +218,8 @@ int main() {
       return std::string(s);
     };
 
-    std::printf("\n## %s: m %d n %d k %d (%.1f GFLOP)\n", p.name, p.m, p.n, p.k, 2.0 * p.m * p.n * p.k / 1e9);
+    const double gflop = 2.0 * p.m * p.n * p.k * p.parts / 1e9;
+    std::printf("\n## %s: m %d n %d k %d x %d (%.1f GFLOP)\n", p.name, p.m, p.n, p.k, p.parts, gflop);
     cublasLtMatmulPreference_t pref;
     CK(cublasLtMatmulPreferenceCreate(&pref));
     CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
@@ -143,12 +252,20 @@ int main() {
         tiles[0] = CUBLASLT_MATMUL_TILE_UNDEFINED;
         ntiles = 1;
       }
+      int stage_ids[64];
+      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_STAGES_IDS, stage_ids, sizeof(stage_ids), &nbytes);
+      int nstages = int(nbytes / sizeof(int));
+      if (nstages == 0) {
+        stage_ids[0] = CUBLASLT_MATMUL_STAGES_UNDEFINED;
+        nstages = 1;
+      }
       int splitk_ok = 0, red_mask = 0;
       cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &splitk_ok, sizeof(splitk_ok), &nbytes);
       cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &red_mask, sizeof(red_mask),
                                         &nbytes);
-      for (int t = 0; t < ntiles; ++t) {
-        for (int split : {1, 2, 3, 4, 6, 8}) {
+      for (int t = 0; t < ntiles; ++t)
+      for (int st = 0; st < nstages; ++st) {
+        for (int split : {1, 2, 4, 8}) {
           if (split > 1 && !splitk_ok) continue;
           for (int red : {0, 1, 2, 4}) {
             if ((split == 1) != (red == 0)) continue;
@@ -157,6 +274,7 @@ int main() {
             cublasLtMatmulAlgoConfigSetAttribute(&cfg, CUBLASLT_ALGO_CONFIG_TILE_ID, &tiles[t], sizeof(int));
             cublasLtMatmulAlgoConfigSetAttribute(&cfg, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof(int));
             cublasLtMatmulAlgoConfigSetAttribute(&cfg, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(int));
+            cublasLtMatmulAlgoConfigSetAttribute(&cfg, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage_ids[st], sizeof(int));
             cublasLtMatmulHeuristicResult_t res;
             if (cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &cfg, &res) != CUBLAS_STATUS_SUCCESS) continue;
             if (res.workspaceSize > kWorkspace) continue;
@@ -169,7 +287,7 @@ int main() {
     }
     std::sort(all.begin(), all.end(), [](const Timed& x, const Timed& y) { return x.us < y.us; });
     std::printf("%zu algorithm ids, %d configurations accepted, %zu ran; fastest:\n", size_t(nid), checked, all.size());
-    std::vector<float> hd(size_t(p.m) * p.n), hr(hd.size());
+    std::vector<float> hd(out), hr(out);
     CK(cudaMemcpy(hr.data(), R, hr.size() * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < all.size() && i < 12; ++i) {
       CK(run(all[i].algo, D));
@@ -177,12 +295,13 @@ int main() {
       double diff = 0;
       for (size_t j = 0; j < hd.size(); ++j) diff = std::max(diff, double(std::fabs(hd[j] - hr[j])));
       std::printf("  %8.1f us  %6.1f TFLOP/s  %s  (max |diff| vs heuristic #0: %.1e)\n", all[i].us,
-                  2.0 * p.m * p.n * p.k / all[i].us / 1e6, all[i].what.c_str(), diff);
+                  gflop / all[i].us * 1e3, all[i].what.c_str(), diff);
     }
     cudaFree(A);
     cudaFree(B);
     cudaFree(D);
     cudaFree(R);
   }
+  host_costs(lt, ws, b, e);
   return 0;
 }

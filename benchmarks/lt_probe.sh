@@ -14,5 +14,7 @@ for d in "$cuda/lib64" "$cuda/lib" "$cuda/targets/x86_64-linux/lib" $wheel/cu13/
 done
 echo "cublasLt.h in $inc, libcublasLt in $lib"
 so=$(ls "$lib"/libcublasLt.so* | head -1)
-nvcc -O2 -std=c++17 -I"$inc" "$here/lt_probe.cu" -o /tmp/lt_probe -L"$lib" -l:"$(basename "$so")" -Xlinker -rpath -Xlinker "$lib"
-/tmp/lt_probe
+so2=$(ls "$lib"/libcublas.so* | head -1)
+nvcc -O2 -std=c++17 -I"$inc" "$here/lt_probe.cu" -o /tmp/lt_probe -L"$lib" -l:"$(basename "$so")" \
+    -l:"$(basename "$so2")" -Xlinker -rpath -Xlinker "$lib"
+/tmp/lt_probe "$@"

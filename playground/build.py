@@ -46,6 +46,29 @@ def cuda_home() -> str | None:
     return next((str(c) for c in candidates if (c / "include" / "cuda_runtime.h").exists()), None)
 
 
+def nvidia_library(lib: str) -> tuple[str, str]:
+    """Header folder and shared object of an NVIDIA library that torch links (cublasLt, cublas, ...).
+
+    The object is the one torch loaded, so the extension shares it rather than loading a second copy; the
+    headers come from the same install (pip's nvidia wheels carry both; a CUDA toolkit installed as its
+    nvcc package alone has neither), else from CUDA_HOME.
+    """
+    import torch  # noqa: F401  (loads torch's CUDA libraries, where torch has CUDA)
+
+    try:
+        with open("/proc/self/maps") as maps:
+            loaded = sorted({ln.split()[-1] for ln in maps if f"/lib{lib}.so" in ln})
+    except OSError:  # not Linux
+        loaded = []
+    home = Path(cuda_home() or "/usr/local/cuda")
+    so = next(iter(loaded), None) or next(iter(sorted(map(str, home.glob(f"lib*/lib{lib}.so*")))), None)
+    roots = ([Path(so).parent.parent] if so else []) + [home, home / "targets" / "x86_64-linux"]
+    inc = next((r / "include" for r in roots if (r / "include" / f"{lib}.h").exists()), None)
+    if so is None or inc is None:
+        raise BuildError(f"CUDA library {lib}: torch has not loaded lib{lib}.so, or no {lib}.h is next to it or in {home}")
+    return str(inc), so
+
+
 def venv_bin() -> str:
     """The folder of this interpreter's scripts (where pip puts ninja), on PATH or not."""
     import sys
@@ -123,6 +146,10 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
         extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
+    for lib in variant.libraries:
+        inc, so = nvidia_library(lib)
+        args.setdefault("extra_include_paths", []).append(inc)
+        args["extra_ldflags"].append(so)
     cpu = cpu_model() if machine_flags else ""  # -march=native: a cache shared between machines must not mix CPUs
     salt = [torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else ""]
     digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]

@@ -49,6 +49,7 @@ class Variant:
     cflags: tuple[str, ...] = ()
     cuda_cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()  # NVIDIA libraries torch links, e.g. cublasLt: headers and linking found for you
 
     def runs_on(self, device: str) -> bool:
         return self.device in (device, "any")
@@ -119,6 +120,7 @@ def _variant(name: str, raw: dict) -> Variant:
         cflags=tuple(raw.get("cflags", ())),
         cuda_cflags=tuple(raw.get("cuda_cflags", ())),
         ldflags=tuple(raw.get("ldflags", ())),
+        libraries=tuple(raw.get("libraries", ())),
     )
 
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from . import render
-from .build import CUDA_FLAGS, CXX_FLAGS
+from .build import CUDA_FLAGS, CXX_FLAGS, nvidia_library
 from .errors import UsageError
 from .registry import Family, Variant
 
@@ -71,7 +71,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
 
 def _variant_table(v: Variant) -> dict:
     table = {"device": v.device, "sources": list(v.sources), "note": v.note}
-    for key in ("cflags", "cuda_cflags", "ldflags"):
+    for key in ("cflags", "cuda_cflags", "ldflags", "libraries"):
         if getattr(v, key):
             table[key] = list(getattr(v, key))
     return table
@@ -99,7 +99,9 @@ def export(fam: Family, folder: Path, variant: Variant, params: dict, force: boo
     files = {f"{package}/csrc/{n}": t for n, t in render.sources(fam, variant, params).items()}
     if not files:
         raise UsageError(f"{fam.name}/{variant.name} has no C++ sources to export")
-    sub = dict(PACKAGE=package, FAMILY=fam.name, VARIANT=variant.name, EXTENSION="CUDAExtension" if cuda else "CppExtension",
+    found = [nvidia_library(lib) for lib in variant.libraries]  # (headers, shared object) of each
+    sub = dict(PACKAGE=package, INCLUDES=repr([inc for inc, _ in found]),
+               LDFLAGS=repr([*variant.ldflags, *(so for _, so in found)]), FAMILY=fam.name, VARIANT=variant.name, EXTENSION="CUDAExtension" if cuda else "CppExtension",
                SOURCES=repr(sorted(files)), CFLAGS=repr([*CXX_FLAGS, *variant.cflags]),
                NVCCFLAGS=repr([*CUDA_FLAGS, *variant.cuda_cflags]), DEVICE=variant.device if variant.device != "any" else "cpu",
                DTYPE=fam.dtypes[0], SIZES=repr({**fam.sizes, **(fam.test_sizes[-1] if fam.test_sizes else {})}))

@@ -169,3 +169,30 @@ def test_eject_and_export_one_variant_by_name(kplay, tmp_path):
     assert sorted(p.name for p in (tmp_path / "fast").iterdir()) == ["spec.py", "sum_cuda.cpp", "sum_fast.cu", "task.toml"]
     result = kplay("export", "sum", tmp_path / "pkg", "--variant", "fast")
     assert result.exit_code == 0 and "CUDAExtension" in (tmp_path / "pkg" / "setup.py").read_text()
+
+
+def test_a_variant_using_cublaslt_gets_torchs_copy_and_its_headers(kplay, tmp_path):
+    """libraries = ["cublasLt"]: the library torch loaded (no second copy) and the headers beside it,
+    carried by eject and written into an export's setup.py."""
+    import tomllib
+
+    from playground.build import nvidia_library
+
+    inc, so = nvidia_library("cublasLt")
+    assert os.path.exists(os.path.join(inc, "cublasLt.h")) and "libcublasLt.so" in so
+    assert so in open("/proc/self/maps").read()  # the very file torch loaded
+    assert kplay("eject", "lltm", tmp_path / "mine", "--variant", "cuda").exit_code == 0
+    assert tomllib.loads((tmp_path / "mine" / "task.toml").read_text())["variants"]["cuda"]["libraries"] == ["cublasLt"]
+    assert kplay("export", "lltm", tmp_path / "pkg", "--variant", "cuda").exit_code == 0
+    setup = (tmp_path / "pkg" / "setup.py").read_text()
+    assert f"include_dirs=[{inc!r}]" in setup and f"extra_link_args=[{so!r}]" in setup
+
+
+def test_a_library_torch_did_not_load_is_a_one_line_error(kplay, tmp_path):
+    folder = tmp_path / "nolib"
+    assert kplay("eject", "sum", folder, "--device", "cpu").exit_code == 0
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace('[variants.cpp]', '[variants.cpp]\nlibraries = ["nosuchlib"]'))
+    result = kplay("run", folder, "--device", "cpu", "--no-bench")
+    assert result.exit_code != 0 and "CUDA library nosuchlib" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

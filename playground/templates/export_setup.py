@@ -19,7 +19,9 @@ setup(
             "@PACKAGE@._ops",
             @SOURCES@,
             define_macros=[("KPLAY_NS", NS)],
+            include_dirs=@INCLUDES@,
             extra_compile_args={"cxx": @CFLAGS@, "nvcc": @NVCCFLAGS@},
+            extra_link_args=@LDFLAGS@,
         )
     ],
     cmdclass={"build_ext": BuildExtension},

@@ -5,8 +5,10 @@
 // - autograd lives in C++ (torch::autograd::Function registered for the Autograd key): a forward or a
 //   backward is one call from Python, with no Python in between;
 // - the gate buffer keeps the activations, which is all the backward needs: fewer tensors;
-// - (cuda) the forward's matmul runs as four partial products (split-K) that the kernel adds: cuBLAS
+// - (cuda) the forward's matmul runs as four partial products (split-K) that the kernel adds: the library
 //   then picks a faster kernel for it (partial_products says more);
+// - (cuda) the matmuls go through cuBLASLt, with each shape's algorithm chosen once (matmul_out), not on
+//   every call as at::mm does;
 // - no torch/extension.h, only the headers used: the build takes seconds, not half a minute.
 // X = cat([old_h, input]) stays (on a GPU a copy kernel of ours builds it): one matmul over X beats two over
 // its blocks, in the forward and more so in the backward (one matmul each for d_weights and d_X, not two).
@@ -90,10 +92,17 @@ Backward lltm_backward_aten(const Tensor& grad_h, const Tensor& grad_cell, const
 
 #ifdef LLTM_CUDA
 // ---------------------------------------------------------------------------------------------------------
-// Forward and backward around the fused kernels of lltm.cu (variant cuda). The matmuls stay in ATen
-// (cuBLAS); everything pointwise is one kernel per direction.
+// Forward and backward around the fused kernels of lltm.cu (variant cuda). The matmuls stay in cuBLAS
+// (cuBLASLt, matmul_out); everything pointwise is one kernel per direction.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
 
 // Defined in lltm.cu, which includes no torch header: raw pointers, strides for the tensors we do not
 // allocate ourselves (autograd hands the backward broadcast gradients, stride 0), and the stream.
@@ -125,20 +134,154 @@ cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* 
     TORCH_CHECK(err == cudaSuccess, "lltm (CUDA): ", cudaGetErrorString(err));        \
   } while (0)
 
+// ---- The matmuls, through cuBLASLt with an algorithm chosen once per shape --------------------------------
+// The GPU idles until the forward's matmul is launched, so every microsecond of host work before that launch
+// counts. Two costs are avoided here:
+// - at::mm and at::bmm call cuBLAS, which chooses its kernel on every call. cuBLASLt separates the choice
+//   from the call: a plan (matrix descriptors and the heuristic's first algorithm) is made once per shape.
+// - a transposed or sliced view is a dispatcher call each; a Mat describes the same memory without one.
+// The large forward: 315 -> 293 us on an H200, same run (benchmarks/results/lltm-notes.md). float32 only:
+// float64, and matrices with no unit stride, go to ATen.
+
+// A batch of matrices in a tensor's memory: what t.as_strided({batch, rows, cols}, strides) would describe.
+struct Mat {
+  const Tensor* t;
+  int64_t rows, cols, row_stride, col_stride, batch_stride;
+  Mat transposed() const { return {t, cols, rows, col_stride, row_stride, batch_stride}; }
+  Tensor view(int64_t batch) const { return t->as_strided({batch, rows, cols}, {batch_stride, row_stride, col_stride}); }
+};
+
+static Mat mat(const Tensor& t) { return {&t, t.size(0), t.size(1), t.stride(0), t.stride(1), 0}; }
+
+// One operand as cuBLASLt sees it: column-major, so a row-major (r x c) matrix is its (c x r) transpose.
+struct LtOperand {
+  cublasOperation_t op;
+  int64_t rows, cols, ld, batch_stride;
+};
+
+// For out = a @ b, cuBLASLt computes out^T = b^T a^T: each factor is the transpose of a or b. False if
+// neither of m's dimensions has unit stride.
+static bool lt_transposed(const Mat& m, LtOperand& o) {
+  if (m.col_stride == 1 && m.row_stride >= std::max<int64_t>(m.cols, 1)) {  // row-major: m^T as it is
+    o = {CUBLAS_OP_N, m.cols, m.rows, m.row_stride, m.batch_stride};
+  } else if (m.row_stride == 1 && m.col_stride >= std::max<int64_t>(m.rows, 1)) {  // column-major: m, transposed
+    o = {CUBLAS_OP_T, m.rows, m.cols, m.col_stride, m.batch_stride};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+#define LT_CHECK(call)                                                                                    \
+  do {                                                                                                    \
+    const cublasStatus_t status_ = (call);                                                               \
+    TORCH_CHECK(status_ == CUBLAS_STATUS_SUCCESS, "lltm (CUDA): ", #call, ": ", cublasLtGetStatusString(status_)); \
+  } while (0)
+
+struct LtPlan {
+  cublasLtHandle_t handle;  // the device's: safe to share between threads, as the plan sets nothing on it
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, out;
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace;
+};
+
+constexpr size_t kLtMaxWorkspace = 64 << 20;  // split-K algorithms need one
+
+// The largest power of two (up to 256) that divides a pointer: the algorithm must not assume more.
+static uint32_t alignment(const void* p) {
+  uint32_t bytes = 1;
+  while (bytes < 256 && reinterpret_cast<uintptr_t>(p) % (2 * bytes) == 0) bytes *= 2;
+  return bytes;
+}
+
+// The plan for out (m x n, column-major, contiguous; `batch` of them) = op(a) op(b), whose pointers have
+// the given alignments.
+static const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, int64_t n, int64_t batch, int device,
+                             const std::array<uint32_t, 3>& align) {
+  static std::mutex lock;
+  static std::map<int, cublasLtHandle_t> handles;
+  static std::map<std::array<int64_t, 17>, LtPlan> plans;  // a handful: one per matmul shape seen
+  const std::array<int64_t, 17> key = {device, a.op, a.rows, a.cols, a.ld, a.batch_stride, b.op, b.rows, b.cols,
+                                       b.ld, b.batch_stride, m, n, batch, align[0], align[1], align[2]};
+  const std::lock_guard<std::mutex> hold(lock);
+  if (auto found = plans.find(key); found != plans.end()) return found->second;
+  LtPlan plan;
+  if (!handles.count(device)) LT_CHECK(cublasLtCreate(&handles[device]));  // the caller's guard set the device
+  plan.handle = handles[device];
+  LT_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &a.op, sizeof(a.op)));
+  LT_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &b.op, sizeof(b.op)));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, a.rows, a.cols, a.ld));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, b.rows, b.cols, b.ld));
+  LT_CHECK(cublasLtMatrixLayoutCreate(&plan.out, CUDA_R_32F, m, n, m));  // out: contiguous
+  const int32_t count = int32_t(batch);
+  for (auto [layout, stride] : {std::pair{plan.a, a.batch_stride}, std::pair{plan.b, b.batch_stride},
+                                std::pair{plan.out, m * n}}) {
+    LT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    LT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                              sizeof(stride)));
+  }
+  cublasLtMatmulPreference_t preference;
+  LT_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kLtMaxWorkspace,
+                                                sizeof(kLtMaxWorkspace)));
+  for (auto [attribute, bytes] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]},
+                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]},
+                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]},
+                                  std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}}) {
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)));
+  }
+  cublasLtMatmulHeuristicResult_t best;
+  int found = 0;
+  LT_CHECK(cublasLtMatmulAlgoGetHeuristic(plan.handle, plan.desc, plan.a, plan.b, plan.out, plan.out, preference, 1,
+                                          &best, &found));
+  cublasLtMatmulPreferenceDestroy(preference);
+  TORCH_CHECK(found == 1, "lltm (CUDA): cuBLASLt has no algorithm for a ", m, " x ", n, " matmul");
+  plan.algo = best.algo;
+  plan.workspace = best.workspaceSize;
+  return plans.emplace(key, plan).first->second;
+}
+
+// out = a @ b for `batch` pairs of matrices: out (batch, m, n) or, for one pair, (m, n); contiguous, of
+// a's dtype and device.
+static void matmul_out(const Tensor& out, const Mat& a, const Mat& b, int64_t batch) {
+  LtOperand from_a, from_b;
+  if (out.scalar_type() != at::kFloat || out.numel() == 0 || a.cols == 0 || !lt_transposed(a, from_a) ||
+      !lt_transposed(b, from_b)) {
+    Tensor result = out.view({batch, a.rows, b.cols});
+    at::bmm_out(result, a.view(batch), b.view(batch));
+    return;
+  }
+  const float *pa = a.t->data_ptr<float>(), *pb = b.t->data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  const LtPlan& plan = lt_plan(from_b, from_a, b.cols, a.rows, batch, out.get_device(),
+                               {alignment(pb), alignment(pa), alignment(po)});
+  Tensor workspace;  // from PyTorch's caching allocator, on this stream
+  if (plan.workspace > 0) workspace = at::empty({int64_t(plan.workspace)}, out.options().dtype(at::kByte));
+  const float one = 1, zero = 0;
+  LT_CHECK(cublasLtMatmul(plan.handle, plan.desc, &one, pb, plan.a, pa, plan.b, &zero, po, plan.out, po, plan.out,
+                          &plan.algo, plan.workspace > 0 ? workspace.data_ptr() : nullptr, plan.workspace,
+                          c10::cuda::getCurrentCUDAStream()));
+}
+
 // Split-K: a @ b as `parts` partial products (parts, m, n), the sum over k cut into equal slices, all in one
-// batched cuBLAS call (the slices are strided views: no copy); one part (a plain matmul) when k does not
-// divide. Why: cuBLAS picks its kernel from the shape, and for the large forward, (1024 x 1536) @ (1536 x 3072),
-// it picks one of 64 x 64 tiles (255 us on an H200); four (1024 x 384) @ (384 x 3072) products get 128 x 128
-// tiles and take 207 us, all four together. The kernel then reads four partial products instead of one
-// (20 us instead of 10): about 40 us less per forward. The same trick does not pay for the backward's d_X
-// (211 us as one matmul, 241 to 274 in parts before the sum).
-static Tensor partial_products(const Tensor& a, const Tensor& b, int64_t parts) {
-  const int64_t k = a.size(1);
-  if (parts <= 1 || k % parts != 0) return at::mm(a, b).unsqueeze(0);
-  // Part p is a[:, p*s:(p+1)*s] @ b[p*s:(p+1)*s, :], s = k / parts: the same memory, with a part stride.
-  const int64_t s = k / parts;
-  return at::bmm(a.as_strided({parts, a.size(0), s}, {s * a.stride(1), a.stride(0), a.stride(1)}),
-                 b.as_strided({parts, s, b.size(1)}, {s * b.stride(0), b.stride(0), b.stride(1)}));
+// batched matmul (the slices are strided views of the same memory: no copy); one part (a plain matmul) when k
+// does not divide. Why: the library picks its kernel from the shape, and for the large forward,
+// (1024 x 1536) @ (1536 x 3072), it picks one of 64 x 64 tiles (255 us on an H200); four (1024 x 384) @
+// (384 x 3072) products get 128 x 128 tiles and take 207 us, all four together. The kernel then reads four
+// partial products instead of one (20 us instead of 10): about 40 us less per forward. The same trick does
+// not pay for the backward's d_X (211 us as one matmul, 241 to 274 in parts before the sum).
+static Tensor partial_products(const Mat& a, const Mat& b, int64_t parts) {
+  if (parts <= 1 || a.cols % parts != 0) parts = 1;
+  const int64_t s = a.cols / parts;  // part p: a's columns p*s .. (p+1)*s - 1 times b's rows the same
+  Mat a_parts = a, b_parts = b;
+  a_parts.cols = b_parts.rows = s;
+  a_parts.batch_stride = s * a.col_stride;
+  b_parts.batch_stride = s * b.row_stride;
+  Tensor out = at::empty({parts, a.rows, b.cols}, a.t->options());
+  matmul_out(out, a_parts, b_parts, parts);
+  return out;
 }
 
 // Parts of the forward's matmul and of the backward's d_X (params fwd_split and bwd_split; 1 = no split).
@@ -158,12 +301,11 @@ Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, const Tens
                                                     input.data_ptr<T>(), input.stride(0), input.stride(1),
                                                     X.data_ptr<T>(), batch, state, features, stream));
   // X @ weights^T without the bias, in parts: the kernel adds the parts and the bias (no bias copy first).
-  const Tensor products = partial_products(X, weights.t(), kForwardParts);
+  const Tensor products = partial_products(mat(X), mat(weights).transposed(), kForwardParts);
   Tensor gates = at::empty({batch, 3 * state}, X.options());
   Tensor new_h = at::empty({batch, state}, X.options());
   Tensor new_cell = at::empty({batch, state}, X.options());
   const Tensor b = bias.contiguous();
-  TORCH_CHECK(products.is_contiguous(), "lltm (CUDA): the kernel reads the partial products as (parts, batch, 3*state)");
   LLTM_DISPATCH(gates.scalar_type(),
                 lltm_forward_launch<T>(products.data_ptr<T>(), products.size(0), b.data_ptr<T>(), old_cell.data_ptr<T>(),
                                        old_cell.stride(0), old_cell.stride(1), gates.data_ptr<T>(), new_h.data_ptr<T>(),
@@ -203,9 +345,9 @@ Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell, const
   Tensor d_X = at::empty({batch, X.size(1)}, X.options());
   auto compute_d_X = [&] {
     if (kBackwardParts == 1) {
-      at::mm_out(d_X, d_gates, weights);
+      matmul_out(d_X, mat(d_gates), mat(weights), 1);
     } else {
-      at::sum_out(d_X, partial_products(d_gates, weights, kBackwardParts), /*dim=*/0);
+      at::sum_out(d_X, partial_products(mat(d_gates), mat(weights), kBackwardParts), /*dim=*/0);
     }
   };
   if constexpr (kStreams == 2) {
@@ -217,11 +359,11 @@ Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell, const
       const c10::cuda::CUDAStreamGuard on_side(side);
       compute_d_X();
     }
-    at::mm_out(d_weights, d_gates.t(), X);
+    matmul_out(d_weights, mat(d_gates).transposed(), mat(X), 1);
     wait_for(stream, side);
   } else {
     compute_d_X();
-    at::mm_out(d_weights, d_gates.t(), X);
+    matmul_out(d_weights, mat(d_gates).transposed(), mat(X), 1);
   }
   // d_old_h and d_input are d_X's two column blocks; an op's outputs must not share memory, so one is copied.
   return {d_X.narrow(1, state, X.size(1) - state).clone(), d_weights, d_bias, d_X.narrow(1, 0, state), d_old_cell};
