@@ -49,23 +49,30 @@ def cuda_home() -> str | None:
 def nvidia_library(lib: str) -> tuple[str, str]:
     """Header folder and shared object of an NVIDIA library that torch links (cublasLt, cublas, ...).
 
-    The object is the one torch loaded, so the extension shares it rather than loading a second copy; the
-    headers come from the same install (pip's nvidia wheels carry both; a CUDA toolkit installed as its
-    nvcc package alone has neither), else from CUDA_HOME.
+    The object is the one torch loaded, so the extension shares it rather than loading a second copy (a
+    torch without CUDA loads none: then CUDA_HOME's); the headers come from the same install (pip's nvidia
+    wheels carry both; a CUDA toolkit installed as its nvcc package alone has neither), else from CUDA_HOME.
     """
     import torch  # noqa: F401  (loads torch's CUDA libraries, where torch has CUDA)
 
+    paths = set()
     try:
-        with open("/proc/self/maps") as maps:
-            loaded = sorted({ln.split()[-1] for ln in maps if f"/lib{lib}.so" in ln})
+        with open("/proc/self/maps") as maps:  # address perms offset dev inode [path]
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6:
+                    paths.add(fields[5].strip().removesuffix(" (deleted)"))
     except OSError:  # not Linux
-        loaded = []
+        pass
     home = Path(cuda_home() or "/usr/local/cuda")
+    loaded = sorted(p for p in paths if f"/lib{lib}.so" in p)
     so = next(iter(loaded), None) or next(iter(sorted(map(str, home.glob(f"lib*/lib{lib}.so*")))), None)
-    roots = ([Path(so).parent.parent] if so else []) + [home, home / "targets" / "x86_64-linux"]
+    if so is None:
+        raise BuildError(f"CUDA library {lib}: torch has not loaded lib{lib}.so and {home} has none")
+    roots = [Path(so).parent.parent, home, *sorted(home.glob("targets/*"))]
     inc = next((r / "include" for r in roots if (r / "include" / f"{lib}.h").exists()), None)
-    if so is None or inc is None:
-        raise BuildError(f"CUDA library {lib}: torch has not loaded lib{lib}.so, or no {lib}.h is next to it or in {home}")
+    if inc is None:
+        raise BuildError(f"CUDA library {lib}: no {lib}.h next to {so} or in {home}")
     return str(inc), so
 
 

@@ -231,11 +231,28 @@ def test_cuda_misaligned_inputs(dtype):
         return torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:].view(x.shape).copy_(x)
 
     fn = SPEC.lltm_function(ops("cuda"), "cuda")
-    aligned = inputs((6, 5, 8), dtype, "cuda")
+    aligned = inputs((6, 8, 8), dtype, "cuda")  # rows of X and weights 16 floats: 16-byte loads possible
     assert_matches(fn, aligned, dtype)
     xs = [shifted(x) for x in aligned]
     assert all(x.data_ptr() % 16 for x in xs)
     assert_matches(fn, xs, dtype)
+
+
+@pytest.mark.cuda
+def test_cuda_float32_matmuls_go_through_cublaslt():
+    """float32: no ATen matmul in the forward or the backward (cuBLASLt plans); float64 is ATen's, which also
+    shows the profiler would see one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = SPEC.lltm_function(ops("cuda"), "cuda")
+    for dtype in (torch.float32, torch.float64):
+        xs = inputs((16, 32, 128), dtype, "cuda")
+        SPEC.forward_backward(fn, *xs)  # plans made, kernels loaded
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            SPEC.forward_backward(fn, *xs)
+            torch.cuda.synchronize()
+        aten = {e.name for e in prof.events()} & {"aten::mm", "aten::bmm", "aten::addmm"}
+        assert not aten if dtype == torch.float32 else aten, (dtype, aten)
 
 
 @pytest.mark.cuda

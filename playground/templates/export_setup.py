@@ -19,6 +19,8 @@ setup(
             "@PACKAGE@._ops",
             @SOURCES@,
             define_macros=[("KPLAY_NS", NS)],
+            # NVIDIA libraries the variant names (task.toml's libraries): the copy torch loaded, found
+            # on the machine that exported this package; export again on another machine.
             include_dirs=@INCLUDES@,
             extra_compile_args={"cxx": @CFLAGS@, "nvcc": @NVCCFLAGS@},
             extra_link_args=@LDFLAGS@,

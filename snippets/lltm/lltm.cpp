@@ -140,18 +140,19 @@ cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* 
 // - at::mm and at::bmm call cuBLAS, which chooses its kernel on every call. cuBLASLt separates the choice
 //   from the call: a plan (matrix descriptors and the heuristic's first algorithm) is made once per shape.
 // - a transposed or sliced view is a dispatcher call each; a Mat describes the same memory without one.
-// The large forward: 315 -> 293 us on an H200, same run (benchmarks/results/lltm-notes.md). float32 only:
-// float64, and matrices with no unit stride, go to ATen.
+// The large forward: 315 -> 293 us on an H200, same run (benchmarks/results/lltm-notes.md). float32 only,
+// computed in float32 as PyTorch does by default (allow_tf32 is not consulted: never TF32); float64,
+// matrices with no unit stride, and shapes cuBLASLt has no algorithm for go to ATen.
 
 // A batch of matrices in a tensor's memory: what t.as_strided({batch, rows, cols}, strides) would describe.
 struct Mat {
-  const Tensor* t;
+  Tensor t;
   int64_t rows, cols, row_stride, col_stride, batch_stride;
   Mat transposed() const { return {t, cols, rows, col_stride, row_stride, batch_stride}; }
-  Tensor view(int64_t batch) const { return t->as_strided({batch, rows, cols}, {batch_stride, row_stride, col_stride}); }
+  Tensor view(int64_t batch) const { return t.as_strided({batch, rows, cols}, {batch_stride, row_stride, col_stride}); }
 };
 
-static Mat mat(const Tensor& t) { return {&t, t.size(0), t.size(1), t.stride(0), t.stride(1), 0}; }
+static Mat mat(const Tensor& t) { return {t, t.size(0), t.size(1), t.stride(0), t.stride(1), 0}; }
 
 // One operand as cuBLASLt sees it: column-major, so a row-major (r x c) matrix is its (c x r) transpose.
 struct LtOperand {
@@ -179,6 +180,7 @@ static bool lt_transposed(const Mat& m, LtOperand& o) {
   } while (0)
 
 struct LtPlan {
+  bool found;               // false: cuBLASLt has no algorithm for it, ATen does it
   cublasLtHandle_t handle;  // the device's: safe to share between threads, as the plan sets nothing on it
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t a, b, out;
@@ -201,7 +203,7 @@ static const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, 
                              const std::array<uint32_t, 3>& align) {
   static std::mutex lock;
   static std::map<int, cublasLtHandle_t> handles;
-  static std::map<std::array<int64_t, 17>, LtPlan> plans;  // a handful: one per matmul shape seen
+  static std::map<std::array<int64_t, 17>, LtPlan> plans;  // one per matmul shape seen, a few hundred bytes each
   const std::array<int64_t, 17> key = {device, a.op, a.rows, a.cols, a.ld, a.batch_stride, b.op, b.rows, b.cols,
                                        b.ld, b.batch_stride, m, n, batch, align[0], align[1], align[2]};
   const std::lock_guard<std::mutex> hold(lock);
@@ -237,7 +239,7 @@ static const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, 
   LT_CHECK(cublasLtMatmulAlgoGetHeuristic(plan.handle, plan.desc, plan.a, plan.b, plan.out, plan.out, preference, 1,
                                           &best, &found));
   cublasLtMatmulPreferenceDestroy(preference);
-  TORCH_CHECK(found == 1, "lltm (CUDA): cuBLASLt has no algorithm for a ", m, " x ", n, " matmul");
+  plan.found = found == 1;
   plan.algo = best.algo;
   plan.workspace = best.workspaceSize;
   return plans.emplace(key, plan).first->second;
@@ -246,17 +248,20 @@ static const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, 
 // out = a @ b for `batch` pairs of matrices: out (batch, m, n) or, for one pair, (m, n); contiguous, of
 // a's dtype and device.
 static void matmul_out(const Tensor& out, const Mat& a, const Mat& b, int64_t batch) {
+  auto aten = [&] {
+    Tensor result = out.view({batch, a.rows, b.cols});
+    at::bmm_out(result, a.view(batch), b.view(batch));
+  };
   LtOperand from_a, from_b;
   if (out.scalar_type() != at::kFloat || out.numel() == 0 || a.cols == 0 || !lt_transposed(a, from_a) ||
       !lt_transposed(b, from_b)) {
-    Tensor result = out.view({batch, a.rows, b.cols});
-    at::bmm_out(result, a.view(batch), b.view(batch));
-    return;
+    return aten();
   }
-  const float *pa = a.t->data_ptr<float>(), *pb = b.t->data_ptr<float>();
+  const float *pa = a.t.data_ptr<float>(), *pb = b.t.data_ptr<float>();
   float* po = out.data_ptr<float>();
   const LtPlan& plan = lt_plan(from_b, from_a, b.cols, a.rows, batch, out.get_device(),
                                {alignment(pb), alignment(pa), alignment(po)});
+  if (!plan.found) return aten();
   Tensor workspace;  // from PyTorch's caching allocator, on this stream
   if (plan.workspace > 0) workspace = at::empty({int64_t(plan.workspace)}, out.options().dtype(at::kByte));
   const float one = 1, zero = 0;
@@ -279,7 +284,7 @@ static Tensor partial_products(const Mat& a, const Mat& b, int64_t parts) {
   a_parts.cols = b_parts.rows = s;
   a_parts.batch_stride = s * a.col_stride;
   b_parts.batch_stride = s * b.row_stride;
-  Tensor out = at::empty({parts, a.rows, b.cols}, a.t->options());
+  Tensor out = at::empty({parts, a.rows, b.cols}, a.t.options());
   matmul_out(out, a_parts, b_parts, parts);
   return out;
 }
