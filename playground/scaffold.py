@@ -100,8 +100,8 @@ def export(fam: Family, folder: Path, variant: Variant, params: dict, force: boo
     if not files:
         raise UsageError(f"{fam.name}/{variant.name} has no C++ sources to export")
     found = [nvidia_library(lib) for lib in variant.libraries]  # (headers, shared object) of each
-    sub = dict(PACKAGE=package, INCLUDES=repr([inc for inc, _ in found]),
-               LDFLAGS=repr([*variant.ldflags, *(so for _, so in found)]), FAMILY=fam.name, VARIANT=variant.name, EXTENSION="CUDAExtension" if cuda else "CppExtension",
+    sub = dict(PACKAGE=package, FAMILY=fam.name, VARIANT=variant.name, EXTENSION="CUDAExtension" if cuda else "CppExtension",
+               INCLUDES=repr([inc for inc, _ in found]), LDFLAGS=repr([*variant.ldflags, *(so for _, so in found)]),
                SOURCES=repr(sorted(files)), CFLAGS=repr([*CXX_FLAGS, *variant.cflags]),
                NVCCFLAGS=repr([*CUDA_FLAGS, *variant.cuda_cflags]), DEVICE=variant.device if variant.device != "any" else "cpu",
                DTYPE=fam.dtypes[0], SIZES=repr({**fam.sizes, **(fam.test_sizes[-1] if fam.test_sizes else {})}))

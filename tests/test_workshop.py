@@ -194,5 +194,5 @@ def test_a_library_torch_did_not_load_is_a_one_line_error(kplay, tmp_path):
     toml = folder / "task.toml"
     toml.write_text(toml.read_text().replace('[variants.cpp]', '[variants.cpp]\nlibraries = ["nosuchlib"]'))
     result = kplay("run", folder, "--device", "cpu", "--no-bench")
-    assert result.exit_code != 0 and "CUDA library nosuchlib" in result.stderr
+    assert result.exit_code == 3 and "CUDA library nosuchlib" in result.stderr  # 3: a build error
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
