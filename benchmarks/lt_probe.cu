@@ -3,9 +3,9 @@
 // scheme that cublasLtMatmulAlgoCheck accepts, each timed with events (GPU time per call, back to back).
 // The enumeration leaves the stage count undefined, which some algorithms (55, the heuristic's favourite
 // here) reject; the heuristic's list is the useful part (results/lt-probe-h200.txt).
-// Last, the host's cost of one call (time until the call returns, the GPU busy behind it) for the forward as
-// four k-slices in one batched matmul, the way lltm.cu runs it: cuBLAS's cublasSgemmStridedBatched against
-// cublasLtMatmul with an algorithm chosen once, and an empty kernel's launch for scale.
+// For each, the host's cost of one call (time until the call returns, the GPU busy behind it): cuBLAS's
+// cublasSgemmStridedBatched, which chooses its kernel on every call, against cublasLtMatmul with the
+// heuristic's first algorithm kept (as lltm.cpp does), the heuristic itself, and an empty kernel's launch.
 //
 //     bash benchmarks/lt_probe.sh      # builds with nvcc against cuBLASLt and runs it
 #include <cublasLt.h>
@@ -61,72 +61,6 @@ static double host_us(F call, int reps = 41) {
   return t[t.size() / 2];
 }
 
-// The forward gates = X W^T as `parts` k-slices, one batched call: D_p (G x B, column-major) = W_p^T X_p.
-static void host_costs(cublasLtHandle_t lt, void* ws, cudaEvent_t b, cudaEvent_t e) {
-  const int B = 1024, features = 512, state = 1024, K = state + features, G = 3 * state, parts = 4, kp = K / parts;
-  float *W, *X, *D;
-  CK(cudaMalloc(&W, size_t(G) * K * 4));
-  CK(cudaMalloc(&X, size_t(B) * K * 4));
-  CK(cudaMalloc(&D, size_t(parts) * G * B * 4));
-  CK(cudaMemset(W, 0, size_t(G) * K * 4));
-  CK(cudaMemset(X, 0, size_t(B) * K * 4));
-  const float one = 1, zero = 0;
-  const long long sa = kp, sd = (long long)G * B;
-  std::printf("\n## host cost per call: forward as %d k-slices of %d in one batched matmul\n", parts, kp);
-
-  cublasHandle_t h;
-  CK(cublasCreate(&h));
-  CK(cublasSetWorkspace(h, ws, kWorkspace));
-  auto classic = [&] {
-    CK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, G, B, kp, &one, W, K, sa, X, K, sa, &zero, D, G, sd,
-                                 parts));
-  };
-  auto gpu_us = [&](auto call) {
-    call();
-    CK(cudaEventRecord(b));
-    for (int i = 0; i < 5; ++i) call();
-    CK(cudaEventRecord(e));
-    CK(cudaEventSynchronize(e));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, b, e));
-    return ms * 1e3 / 5;
-  };
-  std::printf("  cublasSgemmStridedBatched: GPU %.1f us, host %.1f us\n", gpu_us(classic), host_us(classic));
-
-  cublasLtMatmulDesc_t op;
-  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
-  CK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof(T)));
-  CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof(N)));
-  cublasLtMatrixLayout_t la, lb, ld;
-  CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, kp, G, K));
-  CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, kp, B, K));
-  CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, G, B, G));
-  for (auto [l, stride] : {std::pair{la, sa}, std::pair{lb, sa}, std::pair{ld, sd}}) {
-    CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &parts, sizeof(parts)));
-    CK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
-  }
-  cublasLtMatmulPreference_t pref;
-  CK(cublasLtMatmulPreferenceCreate(&pref));
-  CK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
-                                          sizeof(kWorkspace)));
-  cublasLtMatmulHeuristicResult_t heur[8];
-  int nh = 0;
-  auto heuristic = [&] { CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 8, heur, &nh)); };
-  std::printf("  cublasLtMatmulAlgoGetHeuristic: host %.1f us\n", host_us(heuristic, 11));
-  for (int i = 0; i < nh; ++i) {
-    auto call = [&] {
-      CK(cublasLtMatmul(lt, op, &one, W, la, X, lb, &zero, D, ld, D, ld, &heur[i].algo, ws, kWorkspace, 0));
-    };
-    std::printf("  cublasLtMatmul, heuristic #%d: GPU %.1f us, host %.1f us\n", i, gpu_us(call), host_us(call));
-  }
-  auto launch = [] { empty_kernel<<<1, 32>>>(); };
-  std::printf("  empty kernel launch: host %.1f us\n", host_us(launch));
-  auto query = [] { int d; CK(cudaGetDevice(&d)); };
-  std::printf("  cudaGetDevice: host %.2f us\n", host_us(query));
-  cublasDestroy(h);
-}
-
 // Column-major D (m x n) = op(A) op(B); A stored (m x k) or, transposed, (k x m); likewise B.
 int main(int argc, char** argv) {
   const bool forward_only = argc > 1 && std::string(argv[1]) == "forward";
@@ -147,6 +81,8 @@ int main(int argc, char** argv) {
   };
   cublasLtHandle_t lt;
   CK(cublasLtCreate(&lt));
+  cublasHandle_t blas;
+  CK(cublasCreate(&blas));
   void* ws;
   CK(cudaMalloc(&ws, kWorkspace));
   cudaEvent_t b, e;
@@ -233,6 +169,14 @@ int main(int argc, char** argv) {
     std::printf("heuristic, in its order:\n");
     for (size_t i = 0; i < heuristic.size(); ++i)
       std::printf("  #%zu %8.1f us  %s\n", i, heuristic[i].us, heuristic[i].what.c_str());
+    auto classic = [&] {
+      CK(cublasSgemmStridedBatched(blas, p.ta, p.tb, p.m, p.n, p.k, &one, A, lda, p.k, B, ldb, p.k, &zero, D, p.m,
+                                   (long long)p.m * p.n, p.parts));
+    };
+    auto kept = [&] { CK(run(heur[0].algo, D)); };
+    auto choose = [&] { CK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 16, heur, &nh)); };
+    std::printf("host per call: cublasSgemmStridedBatched %.1f us, cublasLtMatmul (#0 kept) %.1f us, "
+                "the heuristic %.1f us\n", host_us(classic), host_us(kept), host_us(choose, 11));
 
     int ids[256], nid = 0;
     CK(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, CUDA_R_32F,
@@ -302,6 +246,6 @@ int main(int argc, char** argv) {
     cudaFree(D);
     cudaFree(R);
   }
-  host_costs(lt, ws, b, e);
+  std::printf("\nan empty kernel's launch: host %.1f us\n", host_us([] { empty_kernel<<<1, 32>>>(); }));
   return 0;
 }
