@@ -5,9 +5,13 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 from .errors import UsageError
 
