@@ -153,12 +153,18 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
         extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
+    if variant.includes:  # the headers' text is part of the build's identity: editing one rebuilds
+        args["extra_include_paths"] = [str(family.path)]
+        salt_headers = {h: render.header(family, variant, h) for h in variant.includes}
+    else:
+        salt_headers = {}
     for lib in variant.libraries:
         inc, so = nvidia_library(lib)
         args.setdefault("extra_include_paths", []).append(inc)
         args["extra_ldflags"].append(so)
     cpu = cpu_model() if machine_flags else ""  # -march=native: a cache shared between machines must not mix CPUs
-    salt = [torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else ""]
+    salt = [torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else "",
+            salt_headers]
     digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]

@@ -54,6 +54,7 @@ class Variant:
     cuda_cflags: tuple[str, ...] = ()
     ldflags: tuple[str, ...] = ()
     libraries: tuple[str, ...] = ()  # NVIDIA libraries torch links, e.g. cublasLt: headers and linking found for you
+    includes: tuple[str, ...] = ()  # headers in the family's folder that the sources #include (hashed, -I folder)
 
     def runs_on(self, device: str) -> bool:
         return self.device in (device, "any")
@@ -115,7 +116,7 @@ class Family:
         return values
 
 
-def _variant(name: str, raw: dict) -> Variant:
+def _variant(name: str, raw: dict, shared: tuple = ()) -> Variant:
     return Variant(
         name=name,
         device=raw.get("device", "cpu"),
@@ -125,6 +126,7 @@ def _variant(name: str, raw: dict) -> Variant:
         cuda_cflags=tuple(raw.get("cuda_cflags", ())),
         ldflags=tuple(raw.get("ldflags", ())),
         libraries=tuple(raw.get("libraries", ())),
+        includes=tuple(dict.fromkeys([*shared, *raw.get("includes", ())])),
     )
 
 
@@ -145,7 +147,8 @@ def load_family(path: Path) -> Family:
 
 def _family(path: Path, raw: dict) -> Family:
     params = {k: Param(name=k, **{**v, "choices": tuple(v.get("choices", ()))}) for k, v in raw.get("params", {}).items()}
-    known = {"summary", "note", "dtypes", "sizes", "test_sizes", "params", "variants", "bench", "default_variant"}
+    known = {"summary", "note", "dtypes", "sizes", "test_sizes", "params", "variants", "bench", "default_variant", "includes"}
+    shared = tuple(raw.get("includes", ()))
     return Family(
         name=raw.get("name", path.name),
         path=path,
@@ -155,7 +158,7 @@ def _family(path: Path, raw: dict) -> Family:
         sizes=dict(raw.get("sizes", {})),
         test_sizes=tuple(raw.get("test_sizes", ())),
         params=params,
-        variants={k: _variant(k, v) for k, v in raw.get("variants", {}).items()},
+        variants={k: _variant(k, v, shared) for k, v in raw.get("variants", {}).items()},
         bench=raw.get("bench", True),
         default_variant=raw.get("default_variant", ""),
         extra={k: v for k, v in raw.items() if k not in known},

@@ -38,3 +38,11 @@ def sources(family: Family, variant: Variant, params: dict) -> dict[str, str]:
 def uses(family: Family, variant: Variant, param: str) -> bool:
     """Whether a variant's sources mention {{param}} (the report shows only the parameters in play)."""
     return any(param in PLACEHOLDER.findall((family.path / n).read_text()) for n in variant.sources)
+
+
+def header(family: Family, variant: Variant, name: str) -> str:
+    """The text of a header the variant's sources include (not templated: it is compiled as it stands)."""
+    try:
+        return (family.path / name).read_text()
+    except FileNotFoundError:
+        raise UsageError(f"{family.name}/{variant.name}: header {family.path / name} (task.toml includes) does not exist") from None
