@@ -5,22 +5,49 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from enum import Enum
 from functools import wraps
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
-from playground import registry
-from playground.errors import KplayError
+from playground import events, registry
+from playground.errors import KplayError, UsageError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
-                  context_settings={"help_option_names": ["-h", "--help"]})
 out = Console()
 err = Console(stderr=True)
+
+
+class OneLineErrors(TyperGroup):
+    """Typer's own usage errors (a bad option, a missing argument) as one red line and exit 2, like kplay's."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except Exception as e:  # click's UsageError family: exit_code 2 and a message
+            if type(e).__name__ == "NoArgsIsHelpError":  # plain `kplay`: the help, and no error
+                out.print(e.ctx.get_help() or "")
+                code = 0
+            elif hasattr(e, "format_message") and getattr(e, "exit_code", None) == 2:
+                command = e.ctx.command_path + ": " if getattr(e, "ctx", None) else ""
+                err.print(f"[red]error:[/] {escape(command + e.format_message())}", highlight=False, soft_wrap=True)
+                code = 2
+            elif type(e).__name__ == "Abort":
+                err.print("[red]interrupted[/]")
+                code = 130
+            else:
+                raise
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, rich_markup_mode="rich",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 
 
 class Device(str, Enum):
@@ -29,10 +56,25 @@ class Device(str, Enum):
     cuda = "cuda"
 
 
+Name = Annotated[Optional[str], typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.",
+                                               show_default=False)]
 Path_ = Annotated[Optional[list[str]], typer.Option("--path", help="Extra folder of kernel families (also $KPLAY_PATH).")]
 Json = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
 Params = Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Template parameter NAME=VALUE, e.g. threads=512.")]
 Variant = Annotated[Optional[str], typer.Option(help="Variant name, or 'all'.")]
+Sizes = Annotated[Optional[list[str]], typer.Option("--size", help="A size NAME=VALUE; also --NAME VALUE for any size the kernel declares.")]
+Dev = Annotated[Device, typer.Option(help="auto picks cuda when a GPU is there.")]
+Dtype = Annotated[Optional[str], typer.Option(help="float32, float64, int32, ... (the kernel's first by default).")]
+Seed = Annotated[int, typer.Option(help="Seed for the inputs.")]
+Timeout = Annotated[float, typer.Option(help="Seconds the kernel may run (builds excluded).")]
+Baselines = Annotated[Optional[list[str]], typer.Option("--baseline", help="Time against this baseline only (repeatable).")]
+Skip = Annotated[Optional[list[str]], typer.Option("--skip-baseline", help="Do not time this baseline (repeatable).")]
+NoCompile = Annotated[bool, typer.Option("--no-compile", help="Same as --skip-baseline torch.compile (lltm).")]
+Help = Annotated[bool, typer.Option("--help", "-h", help="Show this message; with NAME, the kernel's sizes and parameters too.")]
+Force = Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
+Folder = Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).", show_default=False)]
+# `kplay run sum --n 1e7`: a family's sizes are options of its own, parsed by kplay (--help lists them).
+FAMILY_OPTIONS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
 
 def friendly(command):
@@ -46,14 +88,27 @@ def friendly(command):
             err.print("[red]interrupted[/]")  # the child and its build are killed; the cache stays consistent
             raise typer.Exit(130) from None
         except KplayError as e:
-            if os.environ.get("KPLAY_DEBUG"):
-                raise
             err.print(f"[red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
             for line in getattr(e, "details", []):
                 err.print(line, highlight=False, markup=False, soft_wrap=True)
+            if os.environ.get("KPLAY_DEBUG"):
+                import traceback
+
+                traceback.print_exc()
             raise typer.Exit(e.exit_code) from None
 
     return wrapper
+
+
+def version(show: bool) -> None:
+    if show:
+        out.print(f"kplay {metadata.version('kplay')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(_: Annotated[bool, typer.Option("--version", callback=version, is_eager=True, help="Show kplay's version.")] = False):
+    """kplay: read, edit, compile, check and time small PyTorch C++ and CUDA kernels."""
 
 
 @app.command("list")
@@ -72,61 +127,50 @@ def list_(json_: Json = False, path: Path_ = None):
 
 @app.command()
 @friendly
-def show(name: str, device: Device = Device.cpu, variant: Variant = None, param: Params = None, path: Path_ = None):
-    """Show what a kernel teaches, then its rendered source, highlighted."""
+def show(name: Annotated[str, typer.Argument(help="A kernel family or the path of a snippet folder.")],
+         device: Device = Device.cpu, variant: Variant = None, param: Params = None, path: Path_ = None):
+    """Show what a kernel teaches, its sizes and parameters, then its rendered source, highlighted."""
     from rich.markdown import Markdown
     from rich.panel import Panel
     from rich.syntax import Syntax
 
     from playground.render import sources
+    from playground.report import sizes_table
 
     fam = registry.find(name, path)
-    dev = "cuda" if device == Device.auto else device.value
     params = fam.parse_params(param or [])
     out.print(Panel(Markdown(fam.note.strip() or fam.summary), title=f"{fam.name}: {fam.summary}", title_align="left"))
-    for v in fam.pick_variants(dev, variant):
+    out.print(sizes_table(fam))
+    for v in fam.pick_variants("cuda" if device == Device.auto else device.value, variant):
         out.print(f"[b]{v.name}[/b] ({v.device}): {v.note}")
         for file, text in sources(fam, v, params).items():
-            lexer = "cuda" if file.endswith(".cu") else "cpp"
-            out.print(Panel(Syntax(text, lexer, line_numbers=True, word_wrap=True), title=str(fam.path / file), title_align="left"))
+            syntax = Syntax(text, "cuda" if file.endswith(".cu") else "cpp", line_numbers=True, word_wrap=True)
+            out.print(Panel(syntax, title=str(fam.path / file), title_align="left"))
 
 
-@app.command()
+@app.command(context_settings=FAMILY_OPTIONS)
 @friendly
-def run(
-    name: Annotated[str, typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.")],
-    n: Annotated[Optional[str], typer.Option(help="Number of elements, e.g. 1e7.")] = None,
-    values: Annotated[Optional[str], typer.Option(help="Explicit values, e.g. 4,3,2,1 (print_array).")] = None,
-    batch: Annotated[Optional[str], typer.Option(help="Batch size (lltm, linear).")] = None,
-    features: Annotated[Optional[str], typer.Option(help="Input features (lltm).")] = None,
-    state: Annotated[Optional[str], typer.Option(help="State size (lltm).")] = None,
-    in_: Annotated[Optional[str], typer.Option("--in", help="Input features (linear).")] = None,
-    out_: Annotated[Optional[str], typer.Option("--out", help="Output features (linear).")] = None,
-    size: Annotated[Optional[list[str]], typer.Option(help="Any size NAME=VALUE the kernel declares.")] = None,
-    device: Annotated[Device, typer.Option(help="auto picks cuda when a GPU is there.")] = Device.auto,
-    variant: Variant = None,
-    dtype: Annotated[Optional[str], typer.Option(help="float32, float64, int32, ... (kernel's first by default).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for the inputs.")] = 0,
-    param: Params = None,
-    timeout: Annotated[float, typer.Option(help="Seconds the kernel may run (builds excluded).")] = 120.0,
-    no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
-    no_compile: Annotated[bool, typer.Option("--no-compile", help="Skip the torch.compile baseline (lltm).")] = False,
-    json_: Json = False,
-    path: Path_ = None,
-):
-    """Build, check and time a kernel against its PyTorch reference. Exit code: the verdict."""
-    from playground import isolate, runner
+def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev = Device.auto, variant: Variant = None,
+        dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
+        no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
+        baseline: Baselines = None, skip_baseline: Skip = None, no_compile: NoCompile = False, json_: Json = False,
+        path: Path_ = None, help_: Help = False):
+    """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
 
-    sizes = {k: v for k, v in dict(n=n, values=values, batch=batch, features=features, state=state,
-                                   **{"in": in_, "out": out_}).items() if v is not None}
-    for pair in size or []:
-        key, _, value = pair.partition("=")
-        sizes[key] = value
-    request = dict(name=name, device=device.value, variant=variant, dtype=dtype, seed=seed,
-                   sizes=sizes, params=param or [], paths=path)
-    runner.plan(**request)  # bad input fails here, before torch is imported
+    The kernel's sizes are options too: [b]kplay run sum --n 1e7[/b], [b]kplay run lltm --batch 64[/b]
+    ([b]kplay run NAME --help[/b] lists them).
+    """
+    from playground import isolate, request
+
+    if help_ or name is None:
+        return _family_help(ctx, name, path)
+    req = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed,
+                       sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path, bench=not no_bench,
+                       baselines=baseline or (), skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)],
+                       timeout=timeout)
+    _warn(req.warnings)
     with _progress() as on_event:
-        result = isolate.run({**request, "bench": not no_bench, "compile_baseline": not no_compile}, timeout, on_event)
+        result = isolate.run(req, on_event)
     if json_:
         print(json.dumps(result, indent=2))
     else:
@@ -136,110 +180,147 @@ def run(
     raise typer.Exit(result["exit_code"])
 
 
-@app.command()
+def _family_help(ctx: typer.Context, name: str | None, path) -> None:
+    """The command's help, then (with a NAME) that family's sizes and parameters."""
+    out.print(ctx.get_help() or "")
+    if name is None:
+        return
+    from playground.report import sizes_table
+
+    fam = registry.find(name, path)
+    out.print(f"[b]{fam.name}[/b]'s sizes and parameters:")
+    out.print(sizes_table(fam))
+
+
+def _sizes(name: str, path, args: list[str], pairs: list[str] | None) -> dict:
+    """`--n 1e7`, `--rows=1e5` (the options kplay did not declare itself) and `--size n=1e7`, as {name: text}."""
+    sizes, rest = {}, list(args)
+    while rest:
+        arg = rest.pop(0)
+        if not arg.startswith("--") or len(arg) < 3:
+            raise UsageError(f"unexpected argument '{arg}' (sizes are given as --NAME VALUE)")
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            if not rest or rest[0].startswith("--"):
+                raise UsageError(f"{arg} needs a value, e.g. {arg} 1000")
+            value = rest.pop(0)
+        sizes[key] = value
+    fam = registry.find(name, path) if pairs else None
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in [*fam.sizes, *(["values"] if fam.values else [])]:
+            from playground.request import unknown_size
+
+            raise UsageError(f"--size {pair}: " + (unknown_size(fam, key) if sep else "expected NAME=VALUE"))
+        sizes[key] = value
+    return sizes
+
+
+def _warn(warnings) -> None:
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @friendly
 def bench(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.")],
     sizes: Annotated[Optional[str], typer.Option(help="1e3,1e4,1e5 (a list), 1e3..1e9 (powers of ten) or 1e3..1e9:x2.")] = None,
     over: Annotated[Optional[str], typer.Option(help="The size to sweep (default: task.toml's \\[bench] size, else the first size).")] = None,
     tie: Annotated[Optional[str], typer.Option(help="Sizes that follow the swept one, e.g. in,out (linear).")] = None,
-    size: Annotated[Optional[list[str]], typer.Option(help="A fixed size NAME=VALUE for the other sizes.")] = None,
-    device: Annotated[Device, typer.Option(help="auto picks cuda when a GPU is there.")] = Device.auto,
+    size: Sizes = None, device: Dev = Device.auto,
     variant: Annotated[str, typer.Option(help="Variant name, or 'all'.")] = "all",
-    dtype: Annotated[Optional[str], typer.Option(help="float32, float64, ... (kernel's first by default).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for the inputs.")] = 0,
-    param: Params = None,
-    timeout: Annotated[float, typer.Option(help="Seconds each point may run (builds excluded).")] = 120.0,
+    dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0, baseline: Baselines = None,
     json_: Json = False,
     csv: Annotated[Optional[str], typer.Option(help="Write one row per (size, variant) to this CSV file.")] = None,
     plot: Annotated[Optional[str], typer.Option(help="Write the chart to this PNG file (needs matplotlib).")] = None,
     path: Path_ = None,
 ):
     """Sweep one size: each point a full run (check and timing); a table, a chart, and optionally a PNG."""
-    from playground import sweep
+    from playground import request, sweep
 
-    if plot:
-        from playground.plot import require
-
-        require()
-    for target in filter(None, (csv, plot)):  # fail now, not after a long sweep
-        if not Path(target).resolve().parent.is_dir():
-            raise KplayError(f"{target}: the folder {Path(target).resolve().parent} does not exist")
-    fixed = {key: value for key, _, value in (pair.partition("=") for pair in size or [])}
-    base = dict(name=name, device=device.value, variant=variant, dtype=dtype, seed=seed, sizes=fixed, params=param or [], paths=path)
-    tied = None if tie is None else [t for t in tie.split(",") if t]
-    swept = sweep.settings(registry.find(name, path), over, tied, sizes)
-    points = sweep.requests(base, swept)  # every point validated before torch is imported
-    points = [{**point, "compile_baseline": False} for point in points]  # a sweep shows the first baseline only
+    _writable(csv, plot)
+    fixed = _sizes(name, path, ctx.args, size)
+    swept = sweep.settings(registry.find(name, path), over, None if tie is None else [t for t in tie.split(",") if t], sizes)
+    base = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed, sizes=fixed,
+                        params=param or [], paths=path, baselines=baseline or (), one_baseline=True, timeout=timeout)
+    points = sweep.requests(base, swept, fixed)  # every point validated before torch is imported
     with _sweep_progress(len(points), swept.key) as (on_point, on_event):
-        records, error = sweep.run(points, timeout, on_point, on_event)
-    if json_:
-        print(json.dumps(records, indent=2))
-    elif records:
-        from playground.report import sweep_chart, sweep_table
-
-        out.print(sweep_table(records, swept.key))
-        out.print(sweep_chart(records, swept.key))
-    if csv and records:
-        sweep.write_csv(records, csv)
-    if plot and any("skipped" not in r for r in records):
-        from playground.plot import save
-
-        save(records, swept.key, plot)
+        records, error = sweep.run(points, on_point, on_event)
+    _sweep_outputs(records, swept.key, json_, csv, plot)
     if error:
         raise error
     raise typer.Exit(0 if all(r.get("ok", True) for r in records) else 1)
 
 
+def _writable(csv: str | None, plot: str | None) -> None:
+    """Fail now, not after a long sweep: matplotlib for --plot, an existing folder for each file."""
+    if plot:
+        from playground.plot import require
+
+        require()
+    for target in filter(None, (csv, plot)):
+        folder = Path(target).resolve().parent
+        if not folder.is_dir():
+            raise UsageError(f"{target}: the folder {folder} does not exist")
+
+
+def _sweep_outputs(records: list[dict], key: str, json_: bool, csv: str | None, plot: str | None) -> None:
+    from playground import report
+
+    if json_:
+        print(json.dumps(records, indent=2))
+    elif records:
+        out.print(report.sweep_table(records, key))
+        out.print(report.sweep_chart(records, key))
+    if csv and records:
+        report.write_csv(records, csv)
+    if plot and any("skipped" not in r for r in records):
+        from playground.plot import save
+
+        save(records, key, plot)
+
+
+@contextmanager
 def _sweep_progress(total: int, key: str):
     """A bar over the points, the current step of the current point beside it."""
-    from contextlib import contextmanager
-
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    @contextmanager
-    def manager():
-        with Progress(TextColumn("{task.fields[point]}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                      TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as progress:
-            task = progress.add_task("starting", total=total, point="")
+    with Progress(TextColumn("{task.fields[point]}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("starting", total=total, point="")
 
-            def on_point(k, request):
-                progress.update(task, completed=k, point=f"{key}={request['sizes'][key]:,}", description="starting (importing torch)")
+        def on_point(k, request):
+            progress.update(task, completed=k, point=f"{key}={request.sizes[key]:,}", description="starting (importing torch)")
 
-            yield on_point, _events(progress, task, cached_lines=False)
-            progress.update(task, completed=total)
-
-    return manager()
+        yield on_point, _events(progress, task, cached_lines=False)
+        progress.update(task, completed=total)
 
 
+@contextmanager
 def _progress():
     """A spinner with elapsed seconds while compiling; one line per finished build."""
-    from contextlib import contextmanager
-
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    @contextmanager
-    def manager():
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=err, transient=True, disable=not err.is_terminal) as progress:
-            task = progress.add_task("starting (importing torch)", total=None)
-            yield _events(progress, task)
-
-    return manager()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err, transient=True, disable=not err.is_terminal) as progress:
+        task = progress.add_task("starting (importing torch)", total=None)
+        yield _events(progress, task)
 
 
 def _events(progress, task, cached_lines: bool = True):
     """The child's events as progress: what it does now, and one line per finished build."""
 
     def on_event(event, **data):
-        if event == "build_start":
+        if event == events.BUILD_START:
             progress.update(task, description=f"compiling {data['variant']}")
-        elif event == "build_done" and (cached_lines or not data["cached"]):
+        elif event == events.BUILD_DONE and (cached_lines or not data["cached"]):
             how = "cached build" if data["cached"] else f"compiled in {data['seconds']:.1f} s"
             progress.console.print(f"[green]✓[/] {data['variant']}: {how}", highlight=False)
-        elif event == "check":
+        elif event == events.CHECK:
             progress.update(task, description=f"checking {data['variant']} at {data['case']}")
-        elif event == "phase" and data["phase"] == "time":
+        elif event == events.PHASE and data["phase"] == "time":
             progress.update(task, description="timing")
 
     return on_event
@@ -267,13 +348,9 @@ def clean():
     out.print(f"removed {freed / 1e6:.1f} MB from {cache_dir()}")
 
 
-Force = Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
-
-
 @app.command()
 @friendly
-def eject(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).")] = None,
-          device: Annotated[Optional[Device], typer.Option(help="Only this device's variants.")] = None,
+def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], typer.Option(help="Only this device's variants.")] = None,
           variant: Variant = None, param: Params = None, force: Force = False, path: Path_ = None):
     """Copy a kernel into a folder you edit: its sources rendered with your --param values, and its spec."""
     from playground.scaffold import eject as write
@@ -292,8 +369,7 @@ def eject(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where
 
 @app.command()
 @friendly
-def new(name: str, folder: Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).")] = None,
-        force: Force = False):
+def new(name: str, folder: Folder = None, force: Force = False):
     """Scaffold a new kernel family (C++ op, reference, test sizes) that passes as it is."""
     from playground.scaffold import new as write
 
@@ -316,7 +392,9 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
     v = fam.variant(variant) if variant else fam.pick_variants(dev, None)[0]
     for f in write(fam, Path(folder), v, fam.parse_params(param or []), force):
         out.print(f"wrote {f}")
-    out.print(f"build and test it: [b]pip install --no-build-isolation {folder} && python -m pytest {folder}/tests[/b]")
+    python = Path(sys.executable)
+    out.print(f"build and test it: [b]{python} -m pip install --no-build-isolation {folder} && "
+              f"{python} -m pytest {folder}/tests[/b]")
 
 
 def _as_path(folder) -> str:
@@ -325,4 +403,4 @@ def _as_path(folder) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(app())
+    app()

@@ -8,7 +8,8 @@
 
 from .errors import BuildError, KernelCrash, KplayError, UsageError
 from .registry import families, find
-from .runner import RunResult, plan, run
+from .request import Request, make
+from .runner import RunResult, run
 
 
 def load(name: str, variant: str | None = None, device: str = "cpu", params: dict | None = None,
@@ -16,10 +17,10 @@ def load(name: str, variant: str | None = None, device: str = "cpu", params: dic
     """Build (or reuse) one variant and return its ops, ready to call on tensors."""
     from .build import build
 
-    p = plan(name, device=device, variant=variant, params=params, paths=paths)
-    v = p.family.pick_variants(device, variant)[0]
-    return build(p.family, v, p.params)[0]
+    req = make(name, device=device, variant=variant, params=params, paths=paths)
+    fam = req.load_family()
+    return build(fam, fam.pick_variants(device, variant)[0], req.params)[0]
 
 
-__all__ = ["run", "load", "plan", "families", "find", "RunResult",
+__all__ = ["run", "load", "make", "Request", "families", "find", "RunResult",
            "KplayError", "UsageError", "BuildError", "KernelCrash"]

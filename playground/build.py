@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import render
+from . import events, render
 from .errors import BuildError
 from .registry import Family, Variant
 
@@ -174,7 +174,7 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
     return name, args
 
 
-def build(family: Family, variant: Variant, params: dict, on_event=lambda *a, **k: None):
+def build(family: Family, variant: Variant, params: dict, on_event=events.ignore):
     """Compile (or reuse) a variant; returns (torch.ops namespace or None, BuildInfo)."""
     if not variant.sources:
         return None, BuildInfo(name="", seconds=0.0, cached=True)
@@ -195,7 +195,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=lambda *a, **
     with _locked(cache_dir() / "locks" / f"{name}.lock"):
         cached = _valid(marker, so)
         if not cached:
-            on_event("build_start", variant=variant.name)
+            on_event(events.BUILD_START, variant=variant.name)
             shutil.rmtree(where, ignore_errors=True)  # a partial or corrupt entry: start clean
             where.mkdir(parents=True)
             try:
@@ -210,7 +210,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=lambda *a, **
             torch.ops.load_library(str(so))
     _loaded.add(name)
     info = BuildInfo(name=name, seconds=round(time.perf_counter() - start, 3), cached=cached)
-    on_event("build_done", variant=variant.name, seconds=info.seconds, cached=cached)
+    on_event(events.BUILD_DONE, variant=variant.name, seconds=info.seconds, cached=cached)
     return getattr(torch.ops, name), info
 
 

@@ -12,7 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import events
 from .errors import BuildError, KernelCrash, KplayError, UsageError
+from .request import Request
 
 KINDS = {"UsageError": UsageError, "BuildError": BuildError, "KernelCrash": KernelCrash}
 SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
@@ -20,7 +22,7 @@ SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal
            signal.SIGKILL: "killed (out of memory?)"}
 
 
-def run(request: dict, timeout: float, on_event=lambda *a, **k: None) -> dict:
+def run(request: Request, on_event=events.ignore) -> dict:
     """The result record as a dict; a failure in the child comes back as the same KplayError."""
     read, write = os.pipe()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))}
@@ -28,10 +30,10 @@ def run(request: dict, timeout: float, on_event=lambda *a, **k: None) -> dict:
         child = subprocess.Popen([sys.executable, "-m", "playground.worker", str(write)], stdin=subprocess.PIPE,
                                  stdout=log, stderr=log, pass_fds=(write,), env=env, start_new_session=True)
         os.close(write)
-        child.stdin.write(json.dumps(request).encode())
+        child.stdin.write(request.to_json().encode())
         child.stdin.close()
         try:
-            reply, phase = _listen(read, child, timeout, on_event)
+            reply, phase = _listen(read, child, request.timeout, on_event)
         finally:
             os.close(read)
             if child.poll() is None:
@@ -47,7 +49,7 @@ def run(request: dict, timeout: float, on_event=lambda *a, **k: None) -> dict:
         error.details = err.get("details", [])
         raise error
     if reply.get("timeout"):
-        raise KernelCrash(f"timed out after {timeout:g} s {phase}: the kernel may never finish (--timeout to allow more)")
+        raise KernelCrash(f"timed out after {request.timeout:g} s {phase}: the kernel may never finish (--timeout to allow more)")
     code = child.returncode
     what = SIGNALS.get(-code, f"signal {-code}") if code < 0 else f"exit code {code}"
     crash = KernelCrash(f"kernel crashed: {what} {phase}")
@@ -80,12 +82,12 @@ def _listen(fd: int, child, timeout: float, on_event) -> tuple[dict, str]:
             if "event" not in message:
                 return message, phase
             event = message.pop("event")
-            if event == "build_start":
+            if event == events.BUILD_START:
                 phase = f"while building {message['variant']}"
-            elif event == "check":
+            elif event == events.CHECK:
                 phase = f"while checking {message['variant']} at {message['case']}"
-            elif event == "phase" and message["phase"] == "time":
+            elif event == events.PHASE and message["phase"] == "time":
                 phase = "while timing"
-            if event in ("phase", "check") and deadline is None:
+            if event in (events.PHASE, events.CHECK) and deadline is None:
                 deadline = time.monotonic() + timeout
             on_event(event, **message)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .errors import UsageError
-from .sweep import BASELINE, axis, metric, series
+from .report import axis, baseline_names, metric, series
 
 INSTALL = "--plot needs matplotlib: pip install 'kplay[plot]'"
 
@@ -29,10 +29,11 @@ def save(records: list[dict], key: str, path: str) -> None:
     r0 = done[0]
     fig = Figure(figsize=(8, 5), dpi=120, layout="constrained")
     ax = fig.add_subplot()
+    bases = baseline_names(records)
     for name, points in lines.items():
         xs, ys = zip(*points)
-        if name == BASELINE:  # wide and underneath: a variant that matches it stays visible on top
-            ax.plot(xs, ys, "s-", color="black", lw=3, ms=7, zorder=2, label=f"{BASELINE} (the reference)")
+        if name in bases:  # dashed and underneath: a variant that matches it stays visible on top
+            ax.plot(xs, ys, "s--", color="black", lw=1.5, ms=5, zorder=2, label=f"{name} (the reference)")
         else:
             ax.plot(xs, ys, "o-", lw=1.5, zorder=3, label=name)
     peak = next((r["peak_gbps"] for r in done if r["peak_gbps"]), None)

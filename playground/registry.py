@@ -67,12 +67,14 @@ class Family:
     summary: str
     note: str
     dtypes: tuple[str, ...]
-    sizes: dict[str, int]
+    sizes: dict[str, int]  # name -> default: each is an option of `kplay run NAME --SIZE VALUE`
     test_sizes: tuple[dict, ...]
     params: dict[str, Param]
     variants: dict[str, Variant]
     bench: bool | dict = True  # false: check only; a [bench] table: time it, and how kplay bench sweeps it
     default_variant: str = ""
+    size_help: dict[str, str] = field(default_factory=dict)
+    values: dict = field(default_factory=dict)  # [values]: the input given as a list; its length sets `size`
     extra: dict = field(default_factory=dict)
 
     @property
@@ -145,9 +147,27 @@ def load_family(path: Path) -> Family:
         raise UsageError(f"{toml}: {e}") from None
 
 
+def _sizes(raw: dict) -> tuple[dict, dict]:
+    """[sizes]: `n = 10_000_000`, or `n = { default = 10_000_000, help = "elements" }`: (defaults, help)."""
+    tables = {k: v if isinstance(v, dict) else {"default": v} for k, v in raw.items()}
+    for k, v in tables.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", k) or not isinstance(v.get("default"), int):
+            raise ValueError(f"size {k}: a lower-case name with an integer default, e.g. {k} = 1000")
+    return {k: v["default"] for k, v in tables.items()}, {k: v.get("help", "") for k, v in tables.items()}
+
+
+def _values(raw: dict, sizes: dict) -> dict:
+    """[values]: `size = "n"` (the size the list's length sets) and its help."""
+    if raw and raw.get("size") not in sizes:
+        raise ValueError(f"[values] size = {raw.get('size')!r}: it must name one of the sizes ({', '.join(sizes)})")
+    return dict(raw)
+
+
 def _family(path: Path, raw: dict) -> Family:
     params = {k: Param(name=k, **{**v, "choices": tuple(v.get("choices", ()))}) for k, v in raw.get("params", {}).items()}
-    known = {"summary", "note", "dtypes", "sizes", "test_sizes", "params", "variants", "bench", "default_variant", "includes"}
+    known = {"summary", "note", "dtypes", "sizes", "test_sizes", "params", "variants", "bench", "default_variant", "includes",
+             "values"}
+    sizes, size_help = _sizes(raw.get("sizes", {}))
     shared = tuple(raw.get("includes", ()))
     return Family(
         name=raw.get("name", path.name),
@@ -155,7 +175,9 @@ def _family(path: Path, raw: dict) -> Family:
         summary=raw.get("summary", ""),
         note=raw.get("note", ""),
         dtypes=tuple(raw.get("dtypes", ["float32"])),
-        sizes=dict(raw.get("sizes", {})),
+        sizes=sizes,
+        size_help=size_help,
+        values=_values(raw.get("values", {}), sizes),
         test_sizes=tuple(raw.get("test_sizes", ())),
         params=params,
         variants={k: _variant(k, v, shared) for k, v in raw.get("variants", {}).items()},

@@ -1,13 +1,24 @@
-"""Rich renderables built from the result record's plain data (the same data --json prints)."""
+"""Rich renderables built from the result record's plain data (the same data --json prints).
+
+Every table is built for an 80-column terminal: one row per contender (and per step, for families
+timed in steps), the same cells in `kplay run` and `kplay bench`, made by one formatter (`_cells`).
+"""
 
 from __future__ import annotations
 
+import csv
+import math
+from dataclasses import dataclass
+
+from rich import box
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 MAX_STDOUT_LINES = 20
+BLOCKS = "▁▂▃▄▅▆▇█"
+COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
 
 def seconds(s: float | None) -> str:
@@ -23,132 +34,183 @@ def _num(x: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def _time(stats: dict | None) -> list[str]:
-    if not stats:
-        return ["-", "-"]
-    return [seconds(stats["median_s"]), seconds((stats["q3_s"] - stats["q1_s"]) / 2)]
+def _rate(x: float | None) -> str:
+    """3 significant digits, without an exponent: 0.657, 46.1, 3,860."""
+    return "-" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def run_report(r: dict) -> Group:
-    """The verdict table of one run, then what the checker found."""
-    if any(len(v["timings"]) > 1 for v in r["variants"]):
-        return Group(_labelled_table(r), *_notes(r))
-    table = Table(title=_title(r), title_justify="left")
-    timed = r["baseline"] is not None or any(v["time"] for v in r["variants"])
-    gb = r["baseline_gbps"] is not None or any(v["gbps"] for v in r["variants"])
-    gf = r["baseline_gflops"] is not None or any(v["gflops"] for v in r["variants"])
-    cuda = r["device"] == "cuda"  # % of copy bandwidth only on a GPU: CPU caches make it meaningless
-    table.add_column("variant")
-    table.add_column("check")
-    table.add_column("max err ≤ tol", justify="right")
-    if timed:
-        table.add_column("time", justify="right")
-        table.add_column("± IQR/2", justify="right")
-        if gb:
-            table.add_column("GB/s", justify="right")
-            if cuda:
-                table.add_column("% copy", justify="right")
-        if gf:
-            table.add_column("GFLOP/s", justify="right")
-        table.add_column("% of PyTorch" if gf else "speedup", justify="right")
-    speed = "{:.0%}" if gf else "{:.2f}×"  # compute-bound kernels read as a fraction of cuBLAS/MKL
-    for v in r["variants"]:
-        c = v["check"]
-        err = "inf" if c["max_abs_err"] is None else f"{c['max_abs_err']:.2g}"
-        row = [v["variant"], "[green]PASS[/]" if c["ok"] else "[red]FAIL[/]", f"{err} ≤ {c['tolerance']:.2g}"]
-        if timed:
-            row += _time(v["time"])
-            if gb:
-                row += [_num(v["gbps"])] + ([_num(v["pct_peak"], "{:.0f}%")] if cuda else [])
-            if gf:
-                row.append(_num(v["gflops"]))
-            row.append(_num(v["speedup"], speed))
-        table.add_row(*row)
-    if r["baseline"]:
-        row = ["[dim]PyTorch[/]", "", "", *_time(r["baseline"])]
-        if gb:
-            pct = r["baseline_gbps"] and r["peak_gbps"] and 100 * r["baseline_gbps"] / r["peak_gbps"]
-            row += [_num(r["baseline_gbps"])] + ([_num(pct, "{:.0f}%")] if cuda else [])
-        if gf:
-            row.append(_num(r["baseline_gflops"]))
-        table.add_row(*row, speed.format(1))
-    return Group(table, *_notes(r))
+# ---- the one row formatter ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """Which columns a table has; every row of it is made by _cells with the same shape."""
+
+    check: bool  # check and error columns
+    error: bool  # the max error ≤ tolerance column
+    steps: bool  # a step column (forward, backward)
+    rate: str  # "gbps", "gflops" or ""
+    pct: bool  # % of copy bandwidth (GPU)
+    baselines: tuple[str, ...]  # one speedup column per baseline
 
 
-def _title(r: dict) -> str:
-    sizes = " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in r["sizes"].items())
-    params = " ".join(f"{k}={v}" for k, v in r["params"].items())
-    return f"[b]{r['family']}[/b] · {r['device']} · {r['dtype']} · {sizes} · seed {r['seed']}" + (f" · {params}" if params else "")
+def _shape(records: list[dict]) -> Shape:
+    done = [r for r in records if "skipped" not in r]
+    contenders = [t for r in done for t in (*r["variants"], *r["baselines"].values())]
+    rate = next((f for f in ("gbps", "gflops") if any(t[f] is not None for t in contenders)), "")
+    steps = any(len(t["timings"]) > 1 for t in contenders)
+    names = tuple(dict.fromkeys(b for r in done for b in r["baselines"]))
+    return Shape(check=True, error=not steps, steps=steps, rate=rate,
+                 pct=rate == "gbps" and any(r["device"] == "cuda" for r in done), baselines=names)
 
 
-def _labelled_table(r: dict) -> Table:
-    """Families timed in steps (LLTM: forward, backward): a time per step, on events and wall clock, a
-    speedup per step and baseline, and the spec's extra columns (gradcheck)."""
-    labels = list(next(v["timings"] for v in r["variants"] if v["timings"]))
-    wall = any(v["walls"] for v in r["variants"])
-    speedups = list(next((v["speedups"] for v in r["variants"] if v["speedups"]), {}))
-    extras = list(dict.fromkeys(k for v in r["variants"] for k in v["extra"]))
-    table = Table(title=_title(r), title_justify="left")
-    for col in ("variant", "check", "max err ≤ tol"):
-        table.add_column(col)
-    short = {"forward": "fwd", "backward": "bwd"}
-    for label in labels:
-        table.add_column(short.get(label, label) + (" events" if wall else ""), justify="right")
-        if wall:
-            table.add_column(short.get(label, label) + " wall", justify="right")
-    for key in speedups:  # "forward vs eager" -> "fwd ×eager"
-        label, _, who = key.partition(" vs ")
-        table.add_column(f"{short.get(label, label)} ×{who}", justify="right")
-    for key in extras:
-        table.add_column(key)
+def _headers(shape: Shape) -> list[tuple[str, str]]:
+    """(header, justify) of each column after the first."""
+    cols = [("check", "left")] if shape.check else []
+    cols += [("error ≤ tol", "right")] if shape.error else []
+    cols += [("step", "left")] if shape.steps else []
+    cols += [("time", "right"), ("±", "right")]
+    cols += [({"gbps": "GB/s", "gflops": "GFLOP/s"}[shape.rate], "right")] if shape.rate else []
+    cols += [("% copy", "right")] if shape.pct else []
+    return cols + [(f"×{b}", "right") for b in shape.baselines]
 
-    def times(timings: dict, walls: dict) -> list[str]:
-        row = []
-        for label in labels:
-            row.append(seconds(timings[label]["median_s"]) if label in timings else "-")
-            if wall:
-                row.append(seconds(walls[label]["median_s"]) if label in walls else "-")
-        return row
 
-    for v in r["variants"]:
-        c = v["check"]
-        err = "inf" if c["max_abs_err"] is None else f"{c['max_abs_err']:.2g}"
-        table.add_row(v["variant"], "[green]PASS[/]" if c["ok"] else "[red]FAIL[/]", f"{err} ≤ {c['tolerance']:.2g}",
-                      *times(v["timings"], v["walls"]), *[_num(v["speedups"].get(k), "{:.2f}×") for k in speedups],
-                      *[str(v["extra"].get(k, "")) for k in extras])
-    for who, timings in r["baselines"].items():
-        table.add_row(f"[dim]{who}[/]", "", "", *times(timings, r["baseline_walls"].get(who, {})),
-                      *["" for _ in speedups], *["" for _ in extras])
+def _table(shape: Shape, first: str, lead: tuple[str, ...] = ()) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    for header in (*lead, first):
+        table.add_column(header, no_wrap=True)
+    for header, justify in _headers(shape):
+        table.add_column(header, justify=justify, no_wrap=True)
     return table
 
 
+def _clock(t: dict) -> dict:
+    """The step timings that count: the wall clock where it was measured, else the events (or perf_counter)."""
+    return t["walls"] or t["timings"]
+
+
+def _cells(t: dict, step: str | None, shape: Shape, baselines: dict, first_row: bool = True) -> list[str]:
+    """One contender's row (a variant or a baseline), for one step or the whole call (step None)."""
+    cells = []
+    check = t.get("check")
+    if shape.check:
+        cells.append(_verdict(check) if check and first_row else "")
+    if shape.error:
+        cells.append(_error(check) if check and first_row else "")
+    stats = t["time"] if step is None else _clock(t).get(step)
+    if shape.steps:
+        cells.append(step or "")
+    cells += [seconds(stats and stats["median_s"]), _spread(stats)]
+    if shape.rate:
+        cells.append(_rate(t[shape.rate]) if first_row or step is None else "")
+    if shape.pct:
+        cells.append(_num(t["pct_peak"], "{:.0f}%") if first_row or step is None else "")
+    for name in shape.baselines:
+        base = baselines.get(name)
+        theirs = base and (base["time"] if step is None else _clock(base).get(step))
+        cells.append(_num(theirs["median_s"] / stats["median_s"], "{:.2f}×") if theirs and stats else "-")
+    return cells
+
+
+def _verdict(check: dict) -> str:
+    return "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]"
+
+
+def _error(check: dict) -> str:
+    """The relation that holds: 0.00086 ≤ 24 on a pass, 1.5 > 1.8e-07 on a failure."""
+    err = "inf" if check["max_abs_err"] is None else f"{check['max_abs_err']:.2g}"
+    return f"{err} {'≤' if check['ok'] else '>'} {check['tolerance']:.2g}"
+
+
+def _spread(stats: dict | None) -> str:
+    """Half the interquartile range, as a share of the median."""
+    if not stats or not stats["median_s"]:
+        return "-"
+    return f"{50 * (stats['q3_s'] - stats['q1_s']) / stats['median_s']:.0f}%"
+
+
+# ---- kplay run -----------------------------------------------------------------------------------------
+
+def run_report(r: dict) -> Group:
+    """The title, the verdict table of one run, then what the checker found."""
+    shape = _shape([r])
+    table = _table(shape, "variant")
+    steps = list(_clock(next((t for t in (*r["variants"], *r["baselines"].values()) if t["timings"]), {"timings": {}, "walls": {}})))
+    for t, who in [*((v, v["variant"]) for v in r["variants"]), *((b, f"[dim]{n}[/]") for n, b in r["baselines"].items())]:
+        rows = steps if shape.steps else [None]
+        for k, step in enumerate(rows):
+            table.add_row(who if k == 0 else "", *_cells(t, step, shape, r["baselines"], k == 0),
+                          end_section=shape.steps and k == len(rows) - 1)
+    return Group(*_title(r), table, *_notes(r))
+
+
+def _title(r: dict) -> list[Text]:
+    """The run in one line (sizes, device, dtype, seed), the parameters in play on a second."""
+    sizes = " ".join(f"{k}={v:,}" for k, v in r["sizes"].items() if isinstance(v, int))
+    head = Text.from_markup(f"[b]{r['family']}[/b] · {r['device']} · {r['dtype']} · {sizes} · seed {r['seed']}")
+    params = " ".join(f"{k}={v}" for k, v in r["params"].items())
+    return [head] + ([Text(f"params: {params}", style="dim")] if params else [])
+
+
 def _notes(r: dict) -> list:
-    out = []
+    out = [Text(f"warning: {w}", style="yellow") for w in r.get("warnings", [])]
     first = r["variants"][0]
     c = first["check"]
-    out.append(Text(f"checked at {', '.join(c['cases'])}; tolerance: {c['tolerance_source']}", style="dim"))
-    stats = first["time"] or r["baseline"]
+    out.append(Text(f"checked at {'; '.join(_short_cases(c['cases']))}", style="dim"))
+    out.append(Text(f"tolerance: {c['tolerance_source']}", style="dim"))
+    for v in r["variants"]:
+        if not _shape([r]).error:
+            out.append(Text(f"{v['variant']}: max error {_error(v['check'])}", style="dim"))
+        for key, value in v["extra"].items():
+            out.append(Text(f"{v['variant']}: {key} {value}", style="dim" if value != "FAIL" else "red"))
+    stats = first["time"] or next((b["time"] for b in r["baselines"].values()), None)
     if stats:
         peak = f"; copy bandwidth {r['peak_gbps']:.0f} GB/s measured here" if r["peak_gbps"] and r["device"] == "cuda" else ""
-        out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, kernel and baseline taking turns{peak}", style="dim"))
+        out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{peak}",
+                        style="dim"))
+        out.append(Text("±: half the interquartile range, as a share of the median", style="dim"))
     for v in r["variants"]:
-        if v["stdout"]:
-            lines = v["stdout"].splitlines()
-            more = f"\n… {len(lines) - MAX_STDOUT_LINES} more lines" if len(lines) > MAX_STDOUT_LINES else ""
-            out.append(Panel("\n".join(lines[:MAX_STDOUT_LINES]) + more, title=f"{v['variant']} printed", title_align="left", expand=False))
-        for m in v["check"]["mismatches"]:
-            out.append(Text(f"✗ {v['variant']}: {m}", style="red"))
+        out += _printed(v)
+        out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]
     verdict = "[green b]PASS[/]" if r["ok"] else "[red b]FAIL[/]: the output does not match the reference"
-    out.append(Text.from_markup(verdict))
-    return out
+    return out + [Text.from_markup(verdict)]
+
+
+def _short_cases(cases: list[str]) -> list[str]:
+    """Each test size as what differs from the requested (last) one: 'batch=1' for 'batch=1 features=32 ...'."""
+    main = set(cases[-1].split())
+    return [" ".join(p for p in c.split() if p not in main) or c for c in cases[:-1]] + [f"and {cases[-1]}"]
+
+
+def _printed(v: dict) -> list:
+    if not v["stdout"]:
+        return []
+    lines = v["stdout"].splitlines()
+    more = f"\n… {len(lines) - MAX_STDOUT_LINES} more lines" if len(lines) > MAX_STDOUT_LINES else ""
+    return [Panel("\n".join(lines[:MAX_STDOUT_LINES]) + more, title=f"{v['variant']} printed", title_align="left",
+                  expand=False)]
 
 
 def family_table(families: list[dict]) -> Table:
-    table = Table()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for col in ("kernel", "summary", "variants", "devices"):
-        table.add_column(col)
+        table.add_column(col, ratio=2 if col == "summary" else None, no_wrap=col == "kernel")
     for f in families:
         table.add_row(f["name"], f["summary"], ", ".join(f["variants"]), ", ".join(f["devices"]))
+    return table
+
+
+def sizes_table(fam) -> Table:
+    """A family's sizes and parameters: the options `kplay run NAME` takes beyond the common ones."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("option", "default", "what"):
+        table.add_column(col, no_wrap=col != "what")
+    for name, default in fam.sizes.items():
+        table.add_row(f"--{name}", f"{default:,}", fam.size_help.get(name, ""))
+    if fam.values:
+        table.add_row("--values", "", fam.values.get("help", f"the input itself; its length sets --{fam.values['size']}"))
+    for p in fam.params.values():
+        valid = ", ".join(map(str, p.choices)) if p.choices else f"{p.min}..{p.max}" if p.min is not None else ""
+        table.add_row(f"--param {p.name}=", str(p.default), p.help + (f" ({valid})" if valid else ""))
     return table
 
 
@@ -159,10 +221,62 @@ def checks_table(rows: list[tuple[str, bool, str]]) -> Table:
     return table
 
 
-# ---- sweeps (kplay bench) ---------------------------------------------------------------------------------
+# ---- kplay bench: the sweep's table, chart, series and CSV ---------------------------------------------
 
-BLOCKS = "▁▂▃▄▅▆▇█"
-COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
+def metric(records: list[dict]) -> tuple[str, str]:
+    """(field, label): GB/s when the family gives its traffic, else GFLOP/s, else the time."""
+    rate = _shape(records).rate
+    return (rate, {"gbps": "GB/s", "gflops": "GFLOP/s"}[rate]) if rate else ("time", "time (s)")
+
+
+def axis(records: list[dict], key: str) -> tuple[str, dict]:
+    """('batch=in=out', {other sizes}): the swept size with the sizes tied to it, and the fixed ones."""
+    sizes = [{k: v for k, v in r["sizes"].items() if isinstance(v, int)} for r in records]
+    moving = [k for k in sizes[0] if k == key or any(s[k] != sizes[0][k] for s in sizes)]
+    return "=".join(moving), {k: v for k, v in sizes[0].items() if k not in moving}
+
+
+def baseline_names(records: list[dict]) -> list[str]:
+    return list(dict.fromkeys(b for r in records if "skipped" not in r for b in r["baselines"]))
+
+
+def series(records: list[dict], key: str, field: str) -> dict[str, list[tuple[int, float]]]:
+    """{variant or baseline: [(size, value), ...]} in sweep order, the baselines last; no number, no point."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for r in records:
+        if "skipped" in r:
+            continue
+        for name, t in [*((v["variant"], v) for v in r["variants"]), *r["baselines"].items()]:
+            value = t["time"]["median_s"] if field == "time" and t["time"] else t.get(field)
+            if value is not None:
+                out.setdefault(name, []).append((r["sizes"][key], value))
+    for name in baseline_names(records):  # the references last: the lines to beat
+        if name in out:
+            out[name] = out.pop(name)
+    return out
+
+
+def sweep_table(records: list[dict], key: str) -> Group:
+    """Size x contender: check, time, throughput, speedup; a section per size, then the skipped points."""
+    done = [r for r in records if "skipped" not in r]
+    shape = _shape(records)
+    shape = Shape(True, False, False, shape.rate, shape.pct, shape.baselines[:1])  # totals, vs the first baseline
+    swept, fixed = axis(records, key)
+    first = done[0] if done else {"family": records[0]["family"], "device": "", "dtype": ""}
+    others = " ".join(f"{k}={v:,}" for k, v in fixed.items())
+    title = Text.from_markup(f"[b]{first['family']}[/b] · {first['device']} · {first['dtype']} · {swept} swept"
+                             + (f" · {others}" if others else ""))
+    table = _table(shape, "variant", lead=(swept,))
+    for r in records:
+        size = f"{r['sizes'][key]:,}"
+        if "skipped" in r:
+            table.add_row(size, Text("skipped", style="yellow"), end_section=True)
+            continue
+        rows = [*((v["variant"], v) for v in r["variants"]), *((f"[dim]{n}[/]", b) for n, b in r["baselines"].items())]
+        for k, (who, t) in enumerate(rows):
+            table.add_row(size if k == 0 else "", who, *_cells(t, None, shape, r["baselines"]), end_section=k == len(rows) - 1)
+    notes = [Text(f"{key}={r['sizes'][key]:,} skipped: {r['skipped']}", style="yellow") for r in records if "skipped" in r]
+    return Group(title, table, *notes)
 
 
 def short(n: int) -> str:
@@ -174,56 +288,8 @@ def short(n: int) -> str:
     return f"{mantissa}e{int(exp)}"
 
 
-def sweep_table(records: list[dict], key: str) -> Group:
-    """Size × variant: check, time, throughput, speedup; one section per size, then the skipped points."""
-    from .sweep import axis, metric
-
-    field, label = metric(records)
-    done = [r for r in records if "skipped" not in r]
-    first = done[0] if done else {"family": records[0]["family"], "device": "", "dtype": "", "params": {}}
-    swept, fixed = axis(records, key)
-    others = " ".join(f"{k}={v:,}" for k, v in fixed.items())
-    title = f"[b]{first['family']}[/b] · {first['device']} · {first['dtype']} · {swept} swept" + (f" · {others}" if others else "")
-    pct = field == "gbps" and first["device"] == "cuda"
-    table = Table(title=title, title_justify="left")
-    for col, right in ((swept, True), ("variant", False), ("check", False), ("time", True), ("± IQR/2", True)):
-        table.add_column(col, justify="right" if right else "left")
-    if field != "time":
-        table.add_column(label, justify="right")
-    if pct:
-        table.add_column("% copy", justify="right")
-    table.add_column("speedup", justify="right")
-    for r in records:
-        size = f"{r['sizes'][key]:,}"
-        if "skipped" in r:
-            table.add_row(size, Text("skipped", style="yellow"), end_section=True)
-            continue
-        lines = [(v["variant"], "[green]PASS[/]" if v["check"]["ok"] else "[red]FAIL[/]", v["time"], v.get(field),
-                  v["pct_peak"], v["speedup"]) for v in r["variants"]]
-        if r["baseline"]:
-            base = r.get(f"baseline_{field}")
-            lines.append(("[dim]PyTorch[/]", "", r["baseline"], base, base and r["peak_gbps"] and 100 * base / r["peak_gbps"], 1.0))
-        for k, (name, check, stats, value, peak, speedup) in enumerate(lines):
-            row = [size if k == 0 else "", name, check, *_time(stats)]
-            if field != "time":
-                row.append(_rate(value))
-            if pct:
-                row.append(_num(peak, "{:.0f}%"))
-            row.append(_num(speedup, "{:.2f}×"))
-            table.add_row(*row, end_section=k == len(lines) - 1)
-    notes = [Text(f"{key}={r['sizes'][key]:,} skipped: {r['skipped']}", style="yellow") for r in records if "skipped" in r]
-    return Group(table, *notes)
-
-
-def _rate(x: float | None) -> str:
-    """3 significant digits, without an exponent: 0.657, 46.1, 3,860."""
-    return "-" if x is None else f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
 def sweep_chart(records: list[dict], key: str) -> Group:
-    """One sparkline per variant: the throughput (or time) at each size, on a common scale."""
-    from .sweep import axis, metric, series
-
+    """One sparkline per contender: the throughput (or time) at each size, on a common scale."""
     field, label = metric(records)
     lines = series(records, key, field)
     values = [v for points in lines.values() for _, v in points]
@@ -234,26 +300,25 @@ def sweep_chart(records: list[dict], key: str) -> Group:
     log = high / max(low, 1e-30) > 100  # six decades of GB/s on a GPU: a linear scale shows only the top
     sizes = sorted({n for points in lines.values() for n, _ in points})
     chart = Table(box=None, pad_edge=False, show_edge=False)
-    chart.add_column("")
+    chart.add_column("", no_wrap=True)
     for n in sizes:
         chart.add_column(short(n), justify="center", min_width=3, no_wrap=True)
+    chart.add_column("best", justify="right", no_wrap=True)
     best = max if field != "time" else min
-    chart.add_column("best", justify="right")
+    bases = baseline_names(records)
     for i, (name, points) in enumerate(lines.items()):
         at = dict(points)
-        color = "white" if name == "PyTorch" else COLORS[i % len(COLORS)]
+        color = "white" if name in bases else COLORS[i % len(COLORS)]
         cells = [_block(at[n], low, high, log, max(3, len(short(n)))) if n in at else "" for n in sizes]
         n, v = best(points, key=lambda p: p[1])
         chart.add_row(name, *(Text(c, style=color) for c in cells), f"{_value(v, field)} at {short(n)}")
     scale = "log scale" if log else "linear scale"
-    top = f"{_value(high, field)} {'(copy bandwidth, measured)' if peak and high == peak else ''}".strip()
-    head = Text(f"{label} against {axis(records, key)[0]} ({scale}: ▁ = {_value(low, field)}, █ = {top})", style="dim")
+    top = f"{_value(high, field)}{' (copy, measured)' if peak and high == peak else ''}"
+    head = Text(f"{label} against {axis(records, key)[0]} ({scale}: ▁ {_value(low, field)}, █ {top})", style="dim")
     return Group(head, chart)
 
 
 def _block(value: float, low: float, high: float, log: bool, width: int) -> str:
-    import math
-
     if high <= low:
         level = len(BLOCKS) - 1
     elif log:
@@ -265,3 +330,37 @@ def _block(value: float, low: float, high: float, log: bool, width: int) -> str:
 
 def _value(v: float, field: str) -> str:
     return seconds(v) if field == "time" else f"{_rate(v)} {'GB/s' if field == 'gbps' else 'GFLOP/s'}"
+
+
+COLUMNS = ["variant", "baseline", "check", "max_abs_err", "tolerance", "median_s", "q1_s", "q3_s", "samples",
+           "gbps", "gflops", "pct_peak", "speedup", "peak_gbps", "note"]
+
+
+def csv_rows(records: list[dict]) -> list[dict]:
+    """One flat row per (size, contender), each baseline as its own row: what --csv writes."""
+    out = []
+    for r in records:
+        head = {"family": r["family"], "device": r.get("device", ""), "dtype": r.get("dtype", ""),
+                **{k: v for k, v in r["sizes"].items() if isinstance(v, int)}}
+        if "skipped" in r:
+            out.append({**head, "note": r["skipped"]})
+            continue
+        first = next(iter(r["baselines"].values()), None)
+        for name, t in [*((v["variant"], v) for v in r["variants"]), *r["baselines"].items()]:
+            c, stats = t.get("check"), t["time"] or {}
+            ratio = first["time"]["median_s"] / stats["median_s"] if first and stats else None
+            out.append({**head, "variant": name, "baseline": "" if c else "yes", "check": c and ("PASS" if c["ok"] else "FAIL"),
+                        "max_abs_err": c and c["max_abs_err"], "tolerance": c and c["tolerance"],
+                        **{k: stats.get(k) for k in ("median_s", "q1_s", "q3_s", "samples")},
+                        "gbps": t["gbps"], "gflops": t["gflops"], "pct_peak": t["pct_peak"], "speedup": ratio,
+                        "peak_gbps": r["peak_gbps"]})
+    return out
+
+
+def write_csv(records: list[dict], path: str) -> None:
+    table = csv_rows(records)
+    sizes = list(dict.fromkeys(k for r in records for k, v in r["sizes"].items() if isinstance(v, int)))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, ["family", "device", "dtype", *sizes, *COLUMNS], restval="")
+        writer.writeheader()
+        writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in table)

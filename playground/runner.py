@@ -1,52 +1,46 @@
-"""One run: registry -> render -> build -> inputs -> kernel + reference -> check -> bench -> record."""
+"""One run: request -> spec -> build -> inputs -> kernel + reference -> check -> bench -> record."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
+import difflib
 import math
-import re
 from dataclasses import asdict, dataclass, field
 
-from . import registry, render
+from . import events, render, request as requests, spec as specs
 from .build import BuildInfo, build
 from .check import Check, compare, failed, merge
 from .errors import CHECK_FAILED, PASSED, KernelCrash, UsageError
 from .timing import Stats
 
-MAX_SIZE = 1 << 40
-DTYPES = ("int32", "int64", "float16", "bfloat16", "float32", "float64")
+
+@dataclass(kw_only=True)
+class Timed:
+    """A contender's timing: the whole call, each step (forward, backward), and the rates from them."""
+
+    time: Stats | None = None  # the call: the steps' medians added, on the clock that counts
+    timings: dict = field(default_factory=dict)  # step -> Stats (CUDA events on a GPU)
+    walls: dict = field(default_factory=dict)  # step -> Stats on a synchronized wall clock (tiny ops on a GPU)
+    gbps: float | None = None
+    gflops: float | None = None
+    pct_peak: float | None = None  # of the measured copy bandwidth (GPU)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A validated request; made without torch, so the CLI can reject bad input at once."""
-
-    family: registry.Family
-    device: str  # "auto", "cpu" or "cuda"
-    variant: str | None
-    dtype: str
-    seed: int
-    sizes: dict
-    params: dict
+@dataclass(kw_only=True)
+class BaselineResult(Timed):
+    name: str
 
 
-@dataclass
-class VariantResult:
+@dataclass(kw_only=True)
+class VariantResult(Timed):
     variant: str
     note: str
     build: BuildInfo
     check: Check
-    time: Stats | None = None
-    gbps: float | None = None
-    gflops: float | None = None
-    pct_peak: float | None = None
-    speedup: float | None = None
+    speedup: float | None = None  # the first baseline's time over this one's
+    speedups: dict = field(default_factory=dict)  # baseline -> step -> ratio
     stdout: str = ""
-    timings: dict = field(default_factory=dict)  # label (e.g. forward, backward) -> Stats
-    walls: dict = field(default_factory=dict)  # the same on a synchronized wall clock (CUDA, tiny ops)
-    speedups: dict = field(default_factory=dict)  # "label vs baseline" -> ratio (wall clock where measured)
-    extra: dict = field(default_factory=dict)  # spec.extra columns, e.g. gradcheck
+    extra: dict = field(default_factory=dict)  # spec.extra verdicts, e.g. gradcheck
 
 
 @dataclass
@@ -56,15 +50,12 @@ class RunResult:
     dtype: str
     seed: int
     sizes: dict
-    params: dict
+    params: dict  # the parameters the chosen variants use
     torch: str
-    baseline: Stats | None = None
-    baseline_gbps: float | None = None
-    baseline_gflops: float | None = None
     peak_gbps: float | None = None
-    baselines: dict = field(default_factory=dict)  # name -> label -> Stats
-    baseline_walls: dict = field(default_factory=dict)
+    baselines: dict = field(default_factory=dict)  # name -> BaselineResult
     variants: list[VariantResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -89,74 +80,6 @@ def _finite(x):
     return x
 
 
-def parse_size(key: str, text) -> int:
-    """'1e7', '10_000_000' or 10000000 -> 10000000; 0, -5, 1.5, abc and 1e99 are errors."""
-    try:
-        value = float(str(text).replace("_", ""))
-    except ValueError:
-        raise UsageError(f"--{key} {text}: not a number") from None
-    if math.isnan(value) or value < 1:
-        raise UsageError(f"--{key} {text}: must be at least 1")
-    if value > MAX_SIZE:
-        raise UsageError(f"--{key} {text}: too large (at most 2^40)")
-    if value != int(value):
-        raise UsageError(f"--{key} {text}: must be a whole number")
-    return int(value)
-
-
-def plan(name: str, *, device: str = "auto", variant: str | None = None, dtype: str | None = None,
-         seed: int = 0, sizes: dict | None = None, params: dict | list | None = None,
-         paths: list[str] | None = None) -> Plan:
-    """Check a request against the family's task.toml."""
-    fam = registry.find(name, paths)
-    if device not in ("auto", *registry.DEVICES):
-        raise UsageError(f"--device {device}: valid: auto, cpu, cuda")
-    dtype = dtype or fam.dtypes[0]
-    if dtype not in fam.dtypes:
-        what = "known" if dtype in DTYPES else "unknown"
-        raise UsageError(f"--dtype {dtype}: {what} dtype, but {fam.name} takes {', '.join(fam.dtypes)}")
-    given = dict(sizes or {})
-    for key in given:
-        if key not in fam.sizes and not (key == "values" and fam.extra.get("values")):
-            takes = ", ".join(f"--{k}" for k in fam.sizes) or "no size"
-            raise UsageError(f"--{key} does not apply to {fam.name}; it takes {takes}")
-    full = {k: parse_size(k, given.get(k, v)) for k, v in fam.sizes.items()}
-    if "values" in given:
-        full["values"] = _values(given["values"])
-        full["n"] = len(full["values"])
-    pairs = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else list(params or [])
-    fixed = fam.parse_params(pairs)
-    if device != "auto":
-        fam.pick_variants(device, variant)
-    return Plan(fam, device, variant, dtype, seed, full, fixed)
-
-
-def _values(text) -> list[float]:
-    items = text if isinstance(text, list) else [t for t in re.split(r"[,\s]+", str(text)) if t]
-    try:
-        values = [float(v) for v in items]
-    except ValueError:
-        raise UsageError(f"--values {text}: expected numbers separated by commas, e.g. 4,3,2,1") from None
-    if not values:
-        raise UsageError("--values: give at least one number")
-    return [int(v) if v.is_integer() else v for v in values]
-
-
-_specs: dict = {}
-
-
-def load_spec(fam: registry.Family):
-    """The family's spec.py, imported by path once per version (it may keep state, e.g. registrations)."""
-    path = fam.path / "spec.py"
-    key = (str(path), path.stat().st_mtime_ns)
-    if key not in _specs:
-        spec = importlib.util.spec_from_file_location(f"kplay_spec_{fam.name}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _specs[key] = module
-    return _specs[key]
-
-
 def resolve_device(device: str) -> str:
     import torch
 
@@ -167,105 +90,113 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def execute(p: Plan, on_event=lambda *a, **k: None, budget_s: float = 0.3, bench: bool = True,
-            compile_baseline: bool = True) -> RunResult:
-    """Build, check and time every chosen variant; the reference is timed in the same run."""
+def chosen_baselines(spec: specs.Spec, req: requests.Request) -> dict:
+    """The baselines this run times: --baseline picks, --skip-baseline drops; unknown names are errors."""
+    for name in (*req.baselines, *req.skip_baselines):
+        if name not in spec.baselines:
+            close = difflib.get_close_matches(name, spec.baselines, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise UsageError(f"--baseline {name}: {req.family} has no such baseline; {hint}"
+                             f"it has {', '.join(spec.baselines) or 'none'}")
+    names = req.baselines or [n for n in spec.baselines if n not in req.skip_baselines][:1 if req.one_baseline else None]
+    return {n: spec.baselines[n] for n in names}
+
+
+def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
+    """Build, check and time every chosen variant; the baselines are timed in the same run."""
     import torch
 
-    from .timing import copy_bandwidth
-
-    device = resolve_device(p.device)
-    fam, dtype = p.family, getattr(torch, p.dtype)
-    chosen = fam.pick_variants(device, p.variant)
-    spec = load_spec(fam)
-    built = {v.name: build(fam, v, p.params, on_event) for v in chosen}
-    used = {k: v for k, v in p.params.items() if any(render.uses(fam, c, k) for c in chosen)}
-    result = RunResult(fam.name, device, p.dtype, p.seed, p.sizes, used, torch.__version__)
-    on_event("phase", phase="check")
-    cases = [{**p.sizes, **t} for t in fam.test_sizes if "values" not in p.sizes]
-    main = _inputs(spec, p.sizes, dtype, device, p.seed)
+    fam = req.load_family()
+    spec = specs.load(fam)
+    baselines = chosen_baselines(spec, req)
+    device = resolve_device(req.device)
+    chosen = fam.pick_variants(device, req.variant)
+    built = {v.name: build(fam, v, req.params, on_event) for v in chosen}
+    used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
+    result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
+                       warnings=list(req.warnings))
+    dtype = getattr(torch, req.dtype)
+    main = _inputs(spec, req.sizes, dtype, device, req.seed)
+    on_event(events.PHASE, phase="check")
     for v in chosen:
         ops, info = built[v.name]
-        checks, stdout = [], ""
-        for c in [*cases, p.sizes]:
-            on_event("check", variant=v.name, case=_label(c, fam))
-            inputs = main if c is p.sizes else _inputs(spec, c, dtype, device, p.seed)
-            check, stdout = _check(spec, ops, v.name, inputs, dtype, _label(c, fam))
-            checks.append(check)
-        verdict = merge(checks)
-        extra = spec.extra(ops, v.name, main) if hasattr(spec, "extra") else {}
+        check, stdout = _check_all(spec, fam, req, ops, v.name, main, dtype, device, on_event)
+        extra = spec.extra(ops, v.name, main)
         failing = [f"{k}: FAIL" for k, val in extra.items() if val == "FAIL"]  # e.g. gradcheck
         if failing:
-            verdict = dataclasses.replace(verdict, ok=False, mismatches=verdict.mismatches + failing)
-        result.variants.append(VariantResult(v.name, v.note, info, verdict, stdout=stdout, extra=extra))
-    if fam.bench and bench:
-        on_event("phase", phase="time")
-        _time(spec, p, result, built, main, dtype, device, budget_s, compile_baseline)
-        if hasattr(spec, "traffic") and device == "cuda":
-            result.peak_gbps = copy_bandwidth(device)
-            for r in result.variants:
-                r.pct_peak = r.gbps and 100 * r.gbps / result.peak_gbps
+            check = dataclasses.replace(check, ok=False, mismatches=check.mismatches + failing)
+        result.variants.append(VariantResult(variant=v.name, note=v.note, build=info, check=check, stdout=stdout,
+                                             extra=extra))
+    if fam.bench and req.bench:
+        on_event(events.PHASE, phase="time")
+        _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype)
     return result
 
 
-def _time(spec, p, result, built, inputs, dtype, device, budget_s, compile_baseline=True):
-    """Time every variant and every PyTorch baseline in one round-robin; fill in the rates and speedups."""
-    from .timing import bench
+def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> tuple[Check, str]:
+    """The check at every test size, then at the requested one (whose inputs are `main`)."""
+    cases = [] if "values" in req.sizes else [{**req.sizes, **t} for t in fam.test_sizes]
+    checks, stdout = [], ""
+    for sizes in [*cases, req.sizes]:
+        label = " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
+        on_event(events.CHECK, variant=variant, case=label)
+        inputs = main if sizes is req.sizes else _inputs(spec, sizes, dtype, device, req.seed)
+        check, stdout = _check(spec, ops, variant, inputs, dtype, label)
+        checks.append(check)
+    return merge(checks), stdout
 
-    def steps(ops, name):  # {label: (prepare, run)}: one unlabelled step unless the spec splits it
-        if hasattr(spec, "timings"):
-            return spec.timings(ops, name, inputs)
-        return {"": (tuple, lambda: spec.call(ops, name, *inputs))}
 
-    contenders = {v.variant: steps(built[v.variant][0], v.variant) for v in result.variants}
-    if hasattr(spec, "baselines"):
-        bases = spec.baselines(inputs, compile_baseline)
-    else:
-        bases = {"PyTorch": {"": (tuple, lambda: spec.baseline(*inputs))}} if hasattr(spec, "baseline") else {}
-    fns = {(who, label): f for who, labelled in [*contenders.items(), *bases.items()] for label, f in labelled.items()}
-    nbytes = spec.traffic(p.sizes, dtype) if hasattr(spec, "traffic") else 0
-    flops = spec.flops(p.sizes) if hasattr(spec, "flops") else 0
+def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
+    """Time every variant and baseline in one round-robin; fill in the rates and the speedups."""
+    from .timing import bench, copy_bandwidth
+
+    device = result.device
+    steps = {("variant", v): spec.timings(spec.function(ops[v], v), inputs) for v in ops}
+    steps |= {("baseline", b): spec.timings(fn, inputs) for b, fn in baselines.items()}
+    fns = {(*who, label): f for who, labelled in steps.items() for label, f in labelled.items()}
+    nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
+    flops = spec.flops(req.sizes) if spec.flops else 0
     try:
         # Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
         # own (as in a model that runs the op step after step), from an idle GPU (the events then include
         # the host's path to the first kernel), and also on a synchronized wall clock.
-        tiny = getattr(spec, "WALL_CLOCK", False)
-        stats = bench(fns, device, budget_s=budget_s, working_set=nbytes, warm=tiny)
-        walls = bench(fns, device, budget_s=budget_s, wall=True, warm=True) if device == "cuda" and tiny else {}
+        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock)
+        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
     except Exception as e:  # a kernel that passed the check and fails when timed
-        raise KernelCrash(f"{p.family.name} failed while timing: {_first_line(e)}") from None
-    per = lambda table, who: {label: table[(who, label)] for label in (contenders | bases)[who]} if table else {}
-    result.baselines = {who: per(stats, who) for who in bases}
-    result.baseline_walls = {who: per(walls, who) for who in bases}
-    first = next(iter(bases), None)
-    result.baseline = first and _total(result.baselines[first])
-    if result.baseline:
-        result.baseline_gbps = nbytes / result.baseline.median_s / 1e9 if nbytes else None
-        result.baseline_gflops = flops / result.baseline.median_s / 1e9 if flops else None
-    for r in result.variants:
-        r.timings, r.walls = per(stats, r.variant), per(walls, r.variant)
-        r.time = _total(r.timings)
-        r.gbps = nbytes / r.time.median_s / 1e9 if nbytes else None
-        r.gflops = flops / r.time.median_s / 1e9 if flops else None
-        r.speedup = result.baseline.median_s / r.time.median_s if result.baseline else None
-        mine, theirs = (r.walls, result.baseline_walls) if r.walls else (r.timings, result.baselines)
-        r.speedups = {f"{label} vs {who}".strip(): theirs[who][label].median_s / t.median_s
-                      for who in bases for label, t in mine.items()}
+        raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None
+    result.peak_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
+    rates = dict(nbytes=nbytes, flops=flops, peak=result.peak_gbps)
+    for name in baselines:
+        key = ("baseline", name)
+        result.baselines[name] = _timed(BaselineResult(name=name), key, steps[key], stats, walls, rates)
+    for v in result.variants:
+        key = ("variant", v.variant)
+        _timed(v, key, steps[key], stats, walls, rates)
+        v.speedups = {b: {label: t.median_s / (v.walls or v.timings)[label].median_s
+                          for label, t in (base.walls or base.timings).items()} for b, base in result.baselines.items()}
+        first = next(iter(result.baselines.values()), None)
+        v.speedup = first.time.median_s / v.time.median_s if first else None
 
 
-def _total(timings: dict) -> Stats | None:
-    """One label's stats, or the sum of the labels' (forward + backward) as one record."""
+def _timed(target: Timed, key: tuple, labels, stats: dict, walls: dict, rates: dict) -> Timed:
+    """Fill a contender's timings from the bench tables (keyed kind, name, step) and its rates."""
+    target.timings = {label: stats[(*key, label)] for label in labels}
+    target.walls = {label: walls[(*key, label)] for label in labels} if walls else {}
+    target.time = _total(target.walls or target.timings)  # the wall clock counts where it was measured
+    seconds = target.time.median_s
+    target.gbps = rates["nbytes"] / seconds / 1e9 if rates["nbytes"] else None
+    target.gflops = rates["flops"] / seconds / 1e9 if rates["flops"] else None
+    target.pct_peak = 100 * target.gbps / rates["peak"] if target.gbps and rates["peak"] else None
+    return target
+
+
+def _total(timings: dict) -> Stats:
+    """One step's stats, or the sum of the steps' (forward + backward) as one record."""
     if len(timings) == 1:
         return next(iter(timings.values()))
-    if not timings:
-        return None
     parts = list(timings.values())
     return Stats(sum(t.median_s for t in parts), sum(t.q1_s for t in parts), sum(t.q3_s for t in parts),
                  min(t.samples for t in parts), parts[0].method + ", " + " + ".join(timings))
-
-
-def _label(sizes: dict, fam) -> str:
-    return " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
 
 
 def _inputs(spec, sizes, dtype, device, seed):
@@ -274,12 +205,14 @@ def _inputs(spec, sizes, dtype, device, seed):
 
     gen = torch.Generator().manual_seed(seed)
     try:
-        return tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in spec.make_inputs(sizes, dtype, "cpu", gen))
+        made = spec.make_inputs(sizes, dtype, "cpu", gen)
+        return tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in made)
     except ValueError as e:
         raise UsageError(str(e)) from None
     except (RuntimeError, MemoryError) as e:
         if isinstance(e, MemoryError) or "memory" in str(e).lower() or "alloc" in str(e).lower():
-            raise UsageError(f"not enough memory for the inputs at {sizes}") from None
+            shown = ", ".join(f"{k}={v:,}" for k, v in sizes.items() if isinstance(v, int))
+            raise UsageError(f"not enough memory for the inputs at {shown}") from None
         raise
 
 
@@ -292,7 +225,7 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
     ref = spec.reference(*inputs)
     tol, source = spec.tolerance(*inputs, dtype)
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    if hasattr(spec, "output_like"):
+    if spec.output_like:
         _poison(spec.output_like(*inputs))
     try:
         with stdout_fd() as printed:
@@ -301,12 +234,12 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
                 torch.cuda.synchronize()
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {_first_line(e)}") from None
-    if hasattr(spec, "from_stdout"):
+    if spec.from_stdout:
         try:
             out = spec.from_stdout(printed.text, *inputs)
         except AssertionError as e:
             return failed(str(e), source, case), printed.text
-    result = compare(out, ref, tol, source, case, getattr(spec, "OUTPUTS", ()))
+    result = compare(out, ref, tol, source, case, spec.outputs)
     for k, (a, b) in enumerate(zip(before, inputs)):
         if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
             result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
@@ -328,7 +261,6 @@ def _first_line(e: Exception) -> str:
     return text[0] if text else type(e).__name__
 
 
-def run(name: str, **request) -> RunResult:
-    """The notebook entry point: plan and execute in this process, e.g. run("sum", sizes={"n": 10**7})."""
-    options = {k: request.pop(k) for k in ("on_event", "budget_s", "bench", "compile_baseline") if k in request}
-    return execute(plan(name, **request), **options)
+def run(name: str, on_event=events.ignore, **options) -> RunResult:
+    """The notebook entry point, in this process: run("sum", sizes={"n": 10**7}, device="cpu")."""
+    return execute(requests.make(name, **options), on_event)

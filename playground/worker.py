@@ -1,4 +1,4 @@
-"""The child process that runs a kernel: `python -m playground.worker FD`, the request on stdin.
+"""The child process that runs a kernel: `python -m playground.worker FD`, the request (JSON) on stdin.
 
 Events and the result go to FD as JSON lines; the kernel's own stdout and stderr go wherever the
 parent pointed them. Whatever the kernel does to this process, the parent survives it.
@@ -24,14 +24,13 @@ def main() -> None:
     faulthandler.enable()  # a segfault leaves a Python stack in the log
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on CPU boxes
-    request = json.load(sys.stdin)
     from . import runner
     from .errors import KplayError
+    from .request import Request
 
     try:
-        options = {k: request.pop(k) for k in ("budget_s", "bench", "compile_baseline") if k in request}
-        p = runner.plan(request.pop("name"), **request)
-        result = runner.execute(p, lambda event, **data: send(event=event, **data), **options)
+        request = Request.from_json(sys.stdin.read())
+        result = runner.execute(request, lambda event, **data: send(event=event, **data))
         send(result=result.to_dict())
     except KplayError as e:
         send(error={"kind": type(e).__name__, "message": str(e), "details": getattr(e, "details", [])})
@@ -39,7 +38,6 @@ def main() -> None:
         traceback.print_exc()
         send(error={"kind": "KernelCrash", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                     "details": traceback.format_exc().splitlines()[-6:]})
-
 
 if __name__ == "__main__":
     main()

@@ -108,13 +108,13 @@ def test_json_is_one_run_record_per_size(swept):
         assert v["check"]["cases"][-1] == f"n={r['sizes']['n']}"  # the same check as kplay run
         assert v["time"]["samples"] >= 30
         assert v["gbps"] == pytest.approx(r["sizes"]["n"] * 4 / v["time"]["median_s"] / 1e9)
-        assert v["speedup"] == pytest.approx(r["baseline"]["median_s"] / v["time"]["median_s"])
+        assert v["speedup"] == pytest.approx(r["baselines"]["torch.sum"]["time"]["median_s"] / v["time"]["median_s"])
 
 
 def test_csv_has_a_row_per_size_and_variant(swept):
     records, files = swept
     rows = list(csv.DictReader(files["csv"].open()))
-    assert [(r["n"], r["variant"]) for r in rows] == [(n, v) for n in ("1000", "10000", "100000") for v in ("cpp", "PyTorch")]
+    assert [(r["n"], r["variant"]) for r in rows] == [(n, v) for n in ("1000", "10000", "100000") for v in ("cpp", "torch.sum")]
     for row, record in zip(rows[::2], records):
         assert row["check"] == "PASS" and row["family"] == "sum" and row["dtype"] == "float32"
         assert float(row["median_s"]) == pytest.approx(record["variants"][0]["time"]["median_s"])
@@ -135,8 +135,8 @@ def test_table_and_chart_show_every_size_and_variant(swept):
     console = Console(width=120, record=True, color_system=None)
     console.print(sweep_table(records, "n"), sweep_chart(records, "n"))
     text = console.export_text()
-    assert "100,000" in text and "PASS" in text and "PyTorch" in text and "GB/s" in text
-    chart = [line for line in text.splitlines() if line.startswith(("cpp", "PyTorch"))]
+    assert "100,000" in text and "PASS" in text and "torch.sum" in text and "GB/s" in text
+    chart = [line for line in text.splitlines() if line.startswith(("cpp", "torch.sum"))]
     assert len(chart) == 2 and all("█" in line or "▁" in line for line in chart)
     assert [short(n) for n in (1000, 2048, 250_000, 7)] == ["1e3", "2048", "2.5e5", "7"]
 

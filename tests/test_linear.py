@@ -9,12 +9,12 @@ import torch
 import torch.nn.functional as F
 
 import playground
-from playground import registry, runner
+from playground import registry, runner, spec as specs
 from playground.build import cuda_home
 from playground.check import compare
 
 FAMILY = registry.find("linear")
-spec = runner.load_spec(FAMILY)
+spec = specs.module(FAMILY)
 CUDA_VARIANTS = ["cuda-naive", "cuda-tiled"]
 
 # (batch, in, out): 1s, primes, not multiples of the 128-wide tiles nor of the 4-wide vector loads.
@@ -96,7 +96,7 @@ def test_api_run_reports_gflops_against_F_linear():
     r = playground.run("linear", sizes={"batch": 64, "in": 48, "out": 40}, device="cpu", budget_s=0.02)
     v = r.variants[0]
     assert r.ok and v.variant == "cpp" and len(v.check.cases) == len(FAMILY.test_sizes) + 1
-    assert v.gflops > 0 and r.baseline_gflops > 0 and v.speedup == pytest.approx(r.baseline.median_s / v.time.median_s)
+    assert v.gflops > 0 and r.baselines["F.linear"].gflops > 0 and v.speedup == pytest.approx(r.baselines["F.linear"].time.median_s / v.time.median_s)
 
 
 def test_cli_run(kplay):
@@ -250,4 +250,4 @@ def test_cuda_api_run_all_variants():
     r = playground.run("linear", sizes={"batch": 512, "in": 384, "out": 640}, device="cuda", variant="all",
                        budget_s=0.05)
     assert r.ok and [v.variant for v in r.variants] == CUDA_VARIANTS
-    assert all(v.gflops > 0 for v in r.variants) and r.baseline_gflops > 0
+    assert all(v.gflops > 0 for v in r.variants) and r.baselines["F.linear"].gflops > 0

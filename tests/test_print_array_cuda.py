@@ -7,7 +7,7 @@ import playground
 from playground import registry
 from playground.build import build
 from playground.capture import stdout_fd
-from playground.runner import load_spec
+from playground.spec import module as load_spec
 
 FAMILY = registry.find("print_array")
 SPEC = load_spec(FAMILY)

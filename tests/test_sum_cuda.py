@@ -10,7 +10,7 @@ import torch
 
 from playground import registry
 from playground.build import build
-from playground.runner import load_spec
+from playground.spec import module as load_spec
 
 FAMILY = registry.find("sum")
 SPEC = load_spec(FAMILY)

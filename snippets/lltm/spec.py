@@ -1,5 +1,6 @@
 """lltm: the seed tutorial's cell; a check covers new_h, new_cell and all five gradients."""
 
+import functools
 import math
 
 import torch
@@ -159,17 +160,14 @@ def flops(sizes):
 # ---- kplay run: forward and backward timed apart, two baselines, a gradcheck column ----
 
 
-def timings(ops, variant, inputs):
-    """{label: (prepare, run)}: the engine times run(*prepare()) alone, as the tutorial's loop does.
-
-    variant "python-compile" is torch.compile (default mode) of the reference: the engine's second baseline.
-    """
-    fn = torch.compile(lltm_reference, dynamic=False) if variant == "python-compile" else lltm_function(ops, variant)
-    return steps(fn, inputs)
+def function(ops, variant):
+    """What is timed: the variant's cell, a function of (input, weights, bias, old_h, old_cell)."""
+    return lltm_function(ops, variant)
 
 
-def steps(fn, inputs):
-    """The forward on leaves that require grad (training), and the tutorial's backward,
+def timings(fn, inputs):
+    """{label: (prepare, run)}: the engine times run(*prepare()) alone, as the tutorial's loop does:
+    the forward on leaves that require grad (training), and the tutorial's backward,
     (new_h.sum() + new_cell.sum()).backward(), on a fresh forward with the last gradients dropped."""
     leaves = [x.detach().clone().requires_grad_() for x in inputs[:5]]
 
@@ -200,12 +198,16 @@ def extra(ops, variant, inputs):
 WALL_CLOCK = True  # tiny ops: kplay also times each call on a synchronized wall clock, as the tutorial did
 
 
-def baselines(inputs, compile):
-    """What every variant is timed against, in the same run: eager PyTorch and (unless --no-compile) torch.compile."""
-    out = {"eager": timings(None, "python", inputs)}
-    if compile:
-        out["compile"] = timings(None, "python-compile", inputs)
-    return out
+@functools.cache
+def _compiled():
+    return torch.compile(lltm_reference, dynamic=False)
 
 
+def compiled_reference(*inputs):
+    """torch.compile (default mode) of the reference, compiled on its first call."""
+    return _compiled()(*inputs)
+
+
+# What every variant is timed against, in the same run (--skip-baseline torch.compile drops the second).
+BASELINES = {"eager": lltm_reference, "torch.compile": compiled_reference}
 OUTPUTS = ("new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_old_cell")

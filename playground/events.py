@@ -1,0 +1,11 @@
+"""The events a run sends while it works (child process -> CLI): their names, in one place."""
+
+BUILD_START = "build_start"  # variant: a compile begins
+BUILD_DONE = "build_done"  # variant, seconds, cached
+PHASE = "phase"  # phase: "check" or "time"
+CHECK = "check"  # variant, case: one size being checked
+WARNING = "warning"  # message: something the user should know, shown as one line
+
+
+def ignore(event: str, **data) -> None:
+    """The listener of a run nobody watches."""

@@ -1,0 +1,157 @@
+"""A family's spec.py, loaded once and checked: its hooks, their signatures, and the defaults derived.
+
+The engine reads a family only through the `Spec` made here; no other module probes a spec module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import UsageError
+from .registry import Family
+
+# hook -> (required, the arguments the engine passes, what it is for). "..." means: then the inputs.
+HOOKS = {
+    "make_inputs": (True, ("sizes", "dtype", "device", "gen"), "seeded inputs"),
+    "reference": (True, ("...",), "the exact answer"),
+    "tolerance": (True, ("...", "dtype"), "(atol, where it comes from)"),
+    "call": (True, ("ops", "variant", "..."), "run a variant, return its outputs"),
+    "baseline": (False, ("...",), "the PyTorch op timed against, named BASELINE"),
+    "function": (False, ("ops", "variant"), "the variant as a function of the inputs, for timing"),
+    "timings": (False, ("fn", "inputs"), "{label: (prepare, run)}: the steps timed apart"),
+    "traffic": (False, ("sizes", "dtype"), "bytes moved: gives GB/s"),
+    "flops": (False, ("sizes",), "floating-point operations: gives GFLOP/s"),
+    "output_like": (False, ("...",), "the outputs' shapes, for poisoning"),
+    "from_stdout": (False, ("text", "..."), "the output, from what the kernel printed"),
+    "extra": (False, ("ops", "variant", "inputs"), "more verdicts, e.g. gradcheck"),
+}
+CONSTANTS = ("BASELINE", "BASELINES", "OUTPUTS", "WALL_CLOCK")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the engine needs from a family, every optional hook filled in with its default."""
+
+    family: str
+    make_inputs: Callable
+    reference: Callable
+    tolerance: Callable
+    call: Callable
+    function: Callable  # (ops, variant) -> fn(*inputs), the call that is timed
+    timings: Callable  # (fn, inputs) -> {label: (prepare, run)}
+    baselines: dict  # name -> fn(*inputs): what kplay times the kernel against ("torch.sum")
+    traffic: Callable | None  # None: no GB/s
+    flops: Callable | None  # None: no GFLOP/s
+    output_like: Callable | None
+    from_stdout: Callable | None
+    extra: Callable
+    outputs: tuple[str, ...]  # names of the outputs, for the mismatch report
+    wall_clock: bool  # tiny ops: on a GPU, also time each call on a synchronized wall clock
+
+
+def one_step(fn, inputs) -> dict:
+    """The default timing: the whole call, one step."""
+    return {"call": (tuple, lambda: fn(*inputs))}
+
+
+_modules: dict = {}
+_specs: dict = {}
+
+
+def module(fam: Family):
+    """The family's spec.py as a module, imported by path once per version (it may keep state)."""
+    path = fam.path / "spec.py"
+    try:
+        key = (str(path), path.stat().st_mtime_ns)
+    except OSError:
+        raise UsageError(f"{fam.name}: {path} does not exist (a family needs a spec.py)") from None
+    if key not in _modules:
+        found = importlib.util.spec_from_file_location(f"kplay_spec_{fam.name}", path)
+        mod = importlib.util.module_from_spec(found)
+        try:
+            found.loader.exec_module(mod)
+        except SyntaxError as e:
+            raise UsageError(f"{path}:{e.lineno}: {e.msg}") from None
+        _modules[key] = mod
+    return _modules[key]
+
+
+def load(fam: Family) -> Spec:
+    """The family's checked Spec."""
+    mod = module(fam)
+    if id(mod) not in _specs:
+        _specs[id(mod)] = from_module(fam.name, mod)
+    return _specs[id(mod)]
+
+
+def from_module(family: str, module) -> Spec:
+    """Check the hooks a module defines and derive the rest."""
+    hooks = {name: getattr(module, name) for name in HOOKS if callable(getattr(module, name, None))}
+    _near_misses(family, module, hooks)
+    for name, (required, args, what) in HOOKS.items():
+        if name in hooks:
+            _check_signature(family, name, hooks[name], args)
+        elif required:
+            raise UsageError(f"{family}: spec.py has no {name}({_shown(args)}): {what}")
+    call = hooks["call"]
+    return Spec(
+        family=family, make_inputs=hooks["make_inputs"], reference=hooks["reference"],
+        tolerance=hooks["tolerance"], call=call,
+        function=hooks.get("function", lambda ops, variant: lambda *inputs: call(ops, variant, *inputs)),
+        timings=hooks.get("timings", one_step), baselines=_baselines(family, module, hooks),
+        traffic=hooks.get("traffic"), flops=hooks.get("flops"), output_like=hooks.get("output_like"),
+        from_stdout=hooks.get("from_stdout"), extra=hooks.get("extra", lambda ops, variant, inputs: {}),
+        outputs=tuple(getattr(module, "OUTPUTS", ())), wall_clock=bool(getattr(module, "WALL_CLOCK", False)),
+    )
+
+
+def _baselines(family: str, module, hooks: dict) -> dict:
+    """BASELINES = {name: fn}, or baseline() named BASELINE (default "PyTorch"), or none."""
+    table = getattr(module, "BASELINES", None)
+    if table is not None:
+        if "baseline" in hooks or not isinstance(table, dict) or not all(map(callable, table.values())):
+            raise UsageError(f"{family}: spec.py's BASELINES must be {{name: function}}, and then no baseline()")
+        return dict(table)
+    return {getattr(module, "BASELINE", "PyTorch"): hooks["baseline"]} if "baseline" in hooks else {}
+
+
+def _check_signature(family: str, name: str, fn, args: tuple) -> None:
+    """The hook must take the arguments the engine passes ("..." stands for the inputs, at least one)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C function: nothing to check
+    bind = signature.bind_partial if "..." in args else signature.bind
+    try:
+        bind(*[None] * len(args))
+    except TypeError:
+        raise UsageError(f"{family}: spec.py's {name}{signature} must accept ({_shown(args)})") from None
+
+
+def _shown(args: tuple) -> str:
+    return ", ".join("*inputs" if a == "..." else a for a in args)
+
+
+def _near_misses(family: str, module, hooks: dict) -> None:
+    """A public name within two letters of a hook it does not define ('tolerence') is a typo."""
+    missing = [h for h in [*HOOKS, *CONSTANTS] if h not in hooks and not hasattr(module, h)]
+    for name, value in vars(module).items():
+        imported = inspect.ismodule(value) or callable(value) and getattr(value, "__module__", "") != module.__name__
+        if name.startswith("_") or imported or name in HOOKS or name in CONSTANTS:
+            continue
+        close = [h for h in missing if _distance(name, h) <= 2]
+        if close:
+            raise UsageError(f"{family}: spec.py defines '{name}': did you mean '{close[0]}'?")
+
+
+def _distance(a: str, b: str) -> int:
+    """Levenshtein distance: edits that turn a into b."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
