@@ -168,7 +168,6 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
                        sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path, bench=not no_bench,
                        baselines=baseline or (), skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)],
                        timeout=timeout)
-    _warn(req.warnings)
     with _progress() as on_event:
         result = isolate.run(req, on_event)
     if json_:
@@ -214,11 +213,6 @@ def _sizes(name: str, path, args: list[str], pairs: list[str] | None) -> dict:
             raise UsageError(f"--size {pair}: " + (unknown_size(fam, key) if sep else "expected NAME=VALUE"))
         sizes[key] = value
     return sizes
-
-
-def _warn(warnings) -> None:
-    for w in warnings:
-        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -9,7 +9,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import events
@@ -33,7 +35,8 @@ def run(request: Request, on_event=events.ignore) -> dict:
         child.stdin.write(request.to_json().encode())
         child.stdin.close()
         try:
-            reply, phase = _listen(read, child, request.timeout, on_event)
+            with _ending_kills_the_child():
+                reply, phase = _listen(read, child, request.timeout, on_event)
         finally:
             os.close(read)
             if child.poll() is None:
@@ -55,6 +58,23 @@ def run(request: Request, on_event=events.ignore) -> dict:
     crash = KernelCrash(f"kernel crashed: {what} {phase}")
     crash.details = tail
     raise crash
+
+
+@contextmanager
+def _ending_kills_the_child():
+    """SIGTERM or SIGHUP (a closed terminal) ends kplay through its `finally`, which kills the worker's session."""
+    def leave(signum, frame):
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    saved = {s: signal.signal(s, leave) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
 def _messages(log: str) -> list[str]:

@@ -95,6 +95,9 @@ class Family:
         for v in avail:
             if v.name == name:
                 return [v]
+        if name in self.variants:
+            raise UsageError(f"{self.name}/{name} is a {self.variants[name].device} variant and this run is on {device}"
+                             + (" (this machine has no GPU)" if device == "cpu" else ""))
         names = ", ".join(v.name for v in avail)
         raise UsageError(f"{self.name} has no {device} variant '{name}'; valid: {names}, all")
 
@@ -135,6 +138,8 @@ def _variant(name: str, raw: dict, shared: tuple = ()) -> Variant:
 def load_family(path: Path) -> Family:
     """Read one family folder's task.toml."""
     toml = path / "task.toml"
+    if not path.exists():
+        raise UsageError(f"{path} does not exist")
     try:
         raw = tomllib.loads(toml.read_text())
     except OSError:
@@ -201,6 +206,14 @@ def families(extra: list[str] | None = None) -> dict[str, Family]:
             fam = load_family(toml.parent)
             found[fam.name] = fam
     return dict(sorted(found.items()))
+
+
+def shadowing(fam: Family) -> str:
+    """A warning when a family from --path or $KPLAY_PATH has a built-in's name, else ''."""
+    builtin = BUILTIN / fam.name
+    if fam.path.resolve() == builtin.resolve() or not (builtin / "task.toml").exists():
+        return ""
+    return f"{fam.name} from {fam.path} has the name of a built-in family; this run uses {fam.path}"
 
 
 def find(name: str, extra: list[str] | None = None) -> Family:

@@ -46,6 +46,7 @@ class Request:
     timeout: float = 120.0  # seconds the kernel may run, counted after the builds
     budget_s: float = 0.3  # timing budget per contender
     warnings: tuple[str, ...] = ()  # things the user should know, e.g. a value held approximately
+    given_params: tuple[str, ...] = ()  # the parameters the user set (a warning if no chosen variant uses one)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -53,7 +54,7 @@ class Request:
     @classmethod
     def from_json(cls, text: str) -> Request:
         raw = json.loads(text)
-        return cls(**{**raw, **{k: tuple(raw[k]) for k in ("baselines", "skip_baselines", "warnings")}})
+        return cls(**{**raw, **{k: tuple(raw[k]) for k in ("baselines", "skip_baselines", "warnings", "given_params")}})
 
     def load_family(self) -> registry.Family:
         return registry.load_family(Path(self.path))
@@ -74,13 +75,15 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
         raise UsageError(f"--device {device}: valid: {', '.join(DEVICES)}")
     dtype = _dtype(fam, dtype)
     full, warnings = _sizes(fam, dict(sizes or {}), dtype)
+    warnings = [w for w in [registry.shadowing(fam)] if w] + warnings
     pairs = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else list(params or [])
     if device != "auto":
         fam.pick_variants(device, variant)
     if not timeout > 0 or math.isinf(timeout):
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
     return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, fam.parse_params(pairs), bench,
-                   tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings))
+                   tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings),
+                   tuple(p.partition("=")[0] for p in pairs))
 
 
 def _dtype(fam: registry.Family, dtype: str | None) -> str:

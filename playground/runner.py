@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
 from . import events, render, request as requests, spec as specs
@@ -113,8 +114,9 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     chosen = fam.pick_variants(device, req.variant)
     built = {v.name: build(fam, v, req.params, on_event) for v in chosen}
     used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
+    unused = [f"--param {k}: no chosen variant uses it" for k in req.given_params if k not in used]
     result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
-                       warnings=list(req.warnings))
+                       warnings=[*req.warnings, *unused])
     dtype = getattr(torch, req.dtype)
     main = _inputs(spec, req.sizes, dtype, device, req.seed)
     on_event(events.PHASE, phase="check")
@@ -141,7 +143,10 @@ def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> t
         label = " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
         on_event(events.CHECK, variant=variant, case=label)
         inputs = main if sizes is req.sizes else _inputs(spec, sizes, dtype, device, req.seed)
-        check, stdout = _check(spec, ops, variant, inputs, dtype, label)
+        try:
+            check, stdout = _check(spec, ops, variant, inputs, dtype, label)
+        except KernelCrash as e:
+            raise KernelCrash(_in_sources(str(e), fam, fam.variants[variant])) from None
         checks.append(check)
     return merge(checks), stdout
 
@@ -254,6 +259,22 @@ def _poison(like):
         junk = torch.empty_like(t)
         junk.fill_(float("nan") if t.is_floating_point() else -1)
         del junk
+
+
+# A C++ check's message names the copy of the source in the build cache; these name the student's file.
+CACHED = re.compile(r"\S*?(main\.cpp|cuda\.cu):(\d+)")
+STD_CHECK = re.compile(r"^(?P<head>.*?: )\w+, (?P<where>\S+:\d+), (?P<msg>.*)$")  # STD_TORCH_CHECK: "fn, file:line, msg"
+
+
+def _in_sources(message: str, fam, variant) -> str:
+    """'... /cache/kplay_sum_cpp_1a2b/main.cpp:54 ...' -> '... snippets/sum/sum.cpp:54 ...'."""
+    def source(m: re.Match) -> str:
+        ours = [s for s in variant.sources if s.endswith(".cu") == (m[1] == "cuda.cu")]
+        return f"{fam.path / ours[0]}:{m[2]}" if ours else m[0]
+
+    mapped = CACHED.sub(source, message)
+    std = STD_CHECK.match(mapped)
+    return f"{std['head']}{std['msg']} ({std['where']})" if std else mapped
 
 
 def _first_line(e: Exception) -> str:

@@ -10,12 +10,42 @@ import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
 import warnings
 
 
+def die_with_parent() -> None:
+    """This worker and its build die with kplay: killed, its process group killed, or its terminal closed.
+
+    The worker leads a session of its own (so a timeout can kill it and its compiler together), so nothing
+    would stop it when kplay goes. On Linux the kernel sends it SIGTERM when kplay dies; elsewhere a thread
+    notices. Either way the whole session goes: the worker, ninja and the compiler.
+    """
+    parent = os.getppid()
+
+    def end_session(*_):
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, end_session)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        end_session()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main() -> None:
+    die_with_parent()
     out = os.fdopen(int(sys.argv[1]), "w", buffering=1)
 
     def send(**message) -> None:

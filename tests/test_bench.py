@@ -143,7 +143,7 @@ def test_table_and_chart_show_every_size_and_variant(swept):
 
 def test_terminal_output_through_the_cli(swept, monkeypatch):
     replay = iter(swept[0])
-    monkeypatch.setattr(isolate, "run", lambda request, timeout, on_event: next(replay))
+    monkeypatch.setattr(isolate, "run", lambda request, on_event: next(replay))
     result = invoke("sum", "--device", "cpu", "--sizes", "1e3..1e5")
     assert result.exit_code == 0, result.output
     assert "n swept" in result.stdout and "GB/s against n" in result.stdout and "best" in result.stdout
@@ -153,7 +153,7 @@ def fake_points(records, monkeypatch, fail_at: int, error: Exception):
     """isolate.run replaying real records, raising `error` at point `fail_at`."""
     calls = []
 
-    def run(request, timeout, on_event):
+    def run(request, on_event):
         calls.append(request)
         if len(calls) - 1 == fail_at:
             raise error

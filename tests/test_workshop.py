@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -100,14 +101,40 @@ def _fresh_family(tmp_path, kplay, name="fresh"):
     return folder
 
 
-def test_a_killed_build_leaves_no_stale_lock(kplay, tmp_path):
-    folder = _fresh_family(tmp_path, kplay)
-    child = subprocess.Popen([*CLI, "run", str(folder), "--device", "cpu", "--no-bench"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    time.sleep(3)  # past torch's import, inside the compiler
-    os.killpg(child.pid, signal.SIGKILL)
+def _ours(cache) -> list[str]:
+    """Processes started by a kplay that used this cache (the worker, ninja, the compiler): their command lines."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"KPLAY_CACHE={cache}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGKILL of its group"])
+def test_killing_kplay_mid_compile_kills_its_worker_and_compiler(kplay, tmp_path, how):
+    folder, cache = _fresh_family(tmp_path, kplay), tmp_path / "cache"
+    env = {**os.environ, "KPLAY_CACHE": str(cache)}
+    cmd = [*CLI, "run", str(folder), "--device", "cpu", "--no-bench"]
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not any("cc1plus" in c or "ninja" in c for c in _ours(cache)):  # inside the compiler
+        assert time.monotonic() < deadline and child.poll() is None, "the build never started"
+        time.sleep(0.05)
+    if how == "SIGKILL of its group":
+        os.killpg(child.pid, signal.SIGKILL)
+    else:
+        os.kill(child.pid, getattr(signal, how))
     child.wait()
-    done = subprocess.run([*CLI, "run", str(folder), "--device", "cpu", "--no-bench"], capture_output=True, timeout=120)
+    deadline = time.monotonic() + 5
+    while _ours(cache) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _ours(cache), "left running"
+    done = subprocess.run(cmd, capture_output=True, timeout=180, env=env)  # no stale lock: it builds and passes
     assert done.returncode == 0, done.stderr
 
 
