@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 from . import render
-from .build import CUDA_FLAGS, CXX_FLAGS, nvidia_library
+from .build import CUDA_FLAGS, CXX_FLAGS
 from .errors import UsageError
 from .registry import Family, Variant
+from .toolchain import nvidia_library
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

@@ -174,7 +174,7 @@ def test_eject_and_export_one_variant_by_name(kplay, tmp_path):
 def test_a_variant_using_cublaslt_gets_torchs_copy_and_its_headers(kplay, tmp_path):
     """libraries = ["cublasLt"]: the library torch loaded (no second copy) and the headers beside it,
     carried by eject and written into an export's setup.py."""
-    from playground.build import nvidia_library
+    from playground.toolchain import nvidia_library
     from playground.registry import tomllib
 
     inc, so = nvidia_library("cublasLt")
