@@ -22,6 +22,7 @@ CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.
 CUDA_FLAGS = ["-O3", "-std=c++20"]
 MAX_ERRORS = 3
 _loaded: set[str] = set()  # builds whose library this process has loaded
+ENGINE_INCLUDE = Path(__file__).resolve().parent / "include"  # kplay/stable.h, on every build's -I path
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,21 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def engine_headers() -> dict[str, str]:
+    """The engine's own headers (kplay/stable.h), by path under ENGINE_INCLUDE, with their text."""
+    return {p.relative_to(ENGINE_INCLUDE).as_posix(): p.read_text() for p in sorted(ENGINE_INCLUDE.rglob("*.h"))}
+
+
+def _headers(family: Family, variant: Variant) -> tuple[list[str], dict[str, str]]:
+    """The include folders (the engine's; the family's when it lists includes) and the headers' text.
+
+    The text is part of the build's identity: editing a header rebuilds, going back hits the cache.
+    """
+    texts = {f"<{name}>": text for name, text in engine_headers().items()}
+    texts.update({name: render.header(family, variant, name) for name in variant.includes})
+    return [str(ENGINE_INCLUDE), *([str(family.path)] if variant.includes else [])], texts
+
+
 def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[str, dict]:
     """The build's name (family, variant, content hash) and its load_inline arguments."""
     import torch
@@ -56,18 +72,14 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
         extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
-    if variant.includes:  # the headers' text is part of the build's identity: editing one rebuilds
-        args["extra_include_paths"] = [str(family.path)]
-        salt_headers = {h: render.header(family, variant, h) for h in variant.includes}
-    else:
-        salt_headers = {}
+    args["extra_include_paths"], headers = _headers(family, variant)
     for lib in variant.libraries:
         inc, so = nvidia_library(lib)
-        args.setdefault("extra_include_paths", []).append(inc)
+        args["extra_include_paths"].append(inc)
         args["extra_ldflags"].append(so)
     cpu = cpu_model() if machine_flags else ""  # -march=native: a cache shared between machines must not mix CPUs
     salt = [torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else "",
-            salt_headers]
+            headers]
     digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]
