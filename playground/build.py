@@ -156,7 +156,7 @@ def compile_error(output: str, family: Family, variant: Variant) -> BuildError:
         src = family.path / files[base] if base in OURS else Path(m["file"])  # a header keeps its own path
         key = (str(src), m["line"], m["msg"])
         if key not in [f[:3] for f in found]:
-            found.append((*key, m["col"]))
+            found.append((*key, m.groupdict().get("col")))  # nvcc gives no column
     if not found:
         commands = ("[", "FAILED", "ninja", "Error building extension")
         tail = [ln for ln in output.splitlines() if "error" in ln.lower() and not ln.lstrip().startswith(commands)]
