@@ -45,7 +45,7 @@ def _refuse_overwrite(paths: list[Path], force: bool) -> None:
 
 
 def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, force: bool = False) -> list[Path]:
-    """Write the family's sources, rendered with these parameters, plus its spec, into folder."""
+    """Write the family's sources, rendered with these parameters, the headers they include and its spec."""
     files = {name: text for v in variants for name, text in render.sources(fam, v, params).items()}
     files.update({name: render.header(fam, v, name) for v in variants for name in v.includes})  # builds on its own
     used = ", ".join(f"{k}={v}" for k, v in params.items())
