@@ -336,7 +336,8 @@ def doctor():
 @friendly
 def clean():
     """Empty kplay's build cache."""
-    from playground.build import cache_dir, clear_cache
+    from playground.build import clear_cache
+    from playground.toolchain import cache_dir
 
     freed = clear_cache()
     out.print(f"removed {freed / 1e6:.1f} MB from {cache_dir()}")

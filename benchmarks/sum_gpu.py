@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from playground import registry  # noqa: E402
-from playground.build import build, setup_env  # noqa: E402
+from playground.build import build  # noqa: E402
+from playground.toolchain import setup_env  # noqa: E402
 from playground.runner import load_spec  # noqa: E402
 from playground.timing import bench  # noqa: E402
 

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import fcntl
-import functools
 import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,107 +16,13 @@ from pathlib import Path
 from . import events, render
 from .errors import BuildError
 from .registry import Family, Variant
+from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, setup_env
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
 CUDA_FLAGS = ["-O3", "-std=c++20"]
 MAX_ERRORS = 3
 _loaded: set[str] = set()  # builds whose library this process has loaded
-
-
-def cache_dir() -> Path:
-    """Where builds live: $KPLAY_CACHE, else $XDG_CACHE_HOME/kplay, else ~/.cache/kplay."""
-    if os.environ.get("KPLAY_CACHE"):
-        return Path(os.environ["KPLAY_CACHE"]).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "kplay"
-
-
-def cuda_home() -> str | None:
-    """The CUDA root: $CUDA_HOME, else the first candidate with the runtime headers.
-
-    torch guesses /usr/local from a /usr/local/bin/nvcc (a link or a wrapper script), where
-    cuda_runtime.h is missing; the real root is nvcc's resolved folder or /usr/local/cuda.
-    """
-    if os.environ.get("CUDA_HOME"):
-        return os.environ["CUDA_HOME"]
-    nvcc = shutil.which("nvcc")
-    candidates = [Path(nvcc).resolve().parent.parent] if nvcc else []
-    candidates += [Path("/usr/local/cuda"), *sorted(Path("/usr/local").glob("cuda-*"), reverse=True)]
-    return next((str(c) for c in candidates if (c / "include" / "cuda_runtime.h").exists()), None)
-
-
-def nvidia_library(lib: str) -> tuple[str, str]:
-    """Header folder and shared object of an NVIDIA library that torch links (cublasLt, cublas, ...).
-
-    The object is the one torch loaded, so the extension shares it rather than loading a second copy (a
-    torch without CUDA loads none: then CUDA_HOME's); the headers come from the same install (pip's nvidia
-    wheels carry both; a CUDA toolkit installed as its nvcc package alone has neither), else from CUDA_HOME.
-    """
-    import torch  # noqa: F401  (loads torch's CUDA libraries, where torch has CUDA)
-
-    paths = set()
-    try:
-        with open("/proc/self/maps") as maps:  # address perms offset dev inode [path]
-            for line in maps:
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6:
-                    paths.add(fields[5].strip().removesuffix(" (deleted)"))
-    except OSError:  # not Linux
-        pass
-    home = Path(cuda_home() or "/usr/local/cuda")
-    loaded = sorted(p for p in paths if f"/lib{lib}.so" in p)
-    so = next(iter(loaded), None) or next(iter(sorted(map(str, home.glob(f"lib*/lib{lib}.so*")))), None)
-    if so is None:
-        raise BuildError(f"CUDA library {lib}: torch has not loaded lib{lib}.so and {home} has none")
-    roots = [Path(so).parent.parent, home, *sorted(home.glob("targets/*"))]
-    inc = next((r / "include" for r in roots if (r / "include" / f"{lib}.h").exists()), None)
-    if inc is None:
-        raise BuildError(f"CUDA library {lib}: no {lib}.h next to {so} or in {home}")
-    return str(inc), so
-
-
-def venv_bin() -> str:
-    """The folder of this interpreter's scripts (where pip puts ninja), on PATH or not."""
-    import sys
-
-    return os.path.dirname(sys.executable)
-
-
-def setup_env() -> None:
-    """Environment torch's extension builder reads: ninja on PATH, CUDA_HOME, a GPU arch when there is no GPU."""
-    if not os.environ.get("PATH", "").startswith(venv_bin()):  # pip's ninja, when the venv is not activated
-        os.environ["PATH"] = os.pathsep.join([venv_bin(), os.environ.get("PATH", "")])
-    home = cuda_home()
-    if home:
-        os.environ["CUDA_HOME"] = home
-    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
-        import torch
-
-        if torch.cuda.is_available():
-            major, minor = torch.cuda.get_device_capability()
-            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
-        else:  # compile-only (CI): the workshop GPU, an H200, instead of every arch torch knows
-            os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
-
-
-@functools.cache
-def compiler() -> tuple[str, list[str]]:
-    """The C++ compiler's identity and the machine flags it accepts."""
-    cxx = os.environ.get("CXX", "c++")
-    try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
-        probe = subprocess.run([cxx, "-march=native", "-x", "c++", "-E", "-o", os.devnull, os.devnull], capture_output=True)
-    except OSError:
-        return f"{cxx} (not found)", []
-    return version, ["-march=native"] if probe.returncode == 0 else []
-
-
-def cpu_model() -> str:
-    import platform
-
-    try:
-        return next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+ENGINE_INCLUDE = Path(__file__).resolve().parent / "include"  # kplay/stable.h, on every build's -I path
 
 
 @dataclass(frozen=True)
@@ -140,6 +44,21 @@ def _locked(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def engine_headers() -> dict[str, str]:
+    """The engine's own headers (kplay/stable.h), by path under ENGINE_INCLUDE, with their text."""
+    return {p.relative_to(ENGINE_INCLUDE).as_posix(): p.read_text() for p in sorted(ENGINE_INCLUDE.rglob("*.h"))}
+
+
+def _headers(family: Family, variant: Variant) -> tuple[list[str], dict[str, str]]:
+    """The include folders (the engine's; the family's when it lists includes) and the headers' text.
+
+    The text is part of the build's identity: editing a header rebuilds, going back hits the cache.
+    """
+    texts = {f"<{name}>": text for name, text in engine_headers().items()}
+    texts.update({name: render.header(family, variant, name) for name in variant.includes})
+    return [str(ENGINE_INCLUDE), *([str(family.path)] if variant.includes else [])], texts
+
+
 def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[str, dict]:
     """The build's name (family, variant, content hash) and its load_inline arguments."""
     import torch
@@ -153,18 +72,14 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
         extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
-    if variant.includes:  # the headers' text is part of the build's identity: editing one rebuilds
-        args["extra_include_paths"] = [str(family.path)]
-        salt_headers = {h: render.header(family, variant, h) for h in variant.includes}
-    else:
-        salt_headers = {}
+    args["extra_include_paths"], headers = _headers(family, variant)
     for lib in variant.libraries:
         inc, so = nvidia_library(lib)
-        args.setdefault("extra_include_paths", []).append(inc)
+        args["extra_include_paths"].append(inc)
         args["extra_ldflags"].append(so)
     cpu = cpu_model() if machine_flags else ""  # -march=native: a cache shared between machines must not mix CPUs
     salt = [torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else "",
-            salt_headers]
+            headers]
     digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]
@@ -241,7 +156,7 @@ def compile_error(output: str, family: Family, variant: Variant) -> BuildError:
         src = family.path / files[base] if base in OURS else Path(m["file"])  # a header keeps its own path
         key = (str(src), m["line"], m["msg"])
         if key not in [f[:3] for f in found]:
-            found.append((*key, m["col"]))
+            found.append((*key, m.groupdict().get("col")))  # nvcc gives no column
     if not found:
         commands = ("[", "FAILED", "ninja", "Error building extension")
         tail = [ln for ln in output.splitlines() if "error" in ln.lower() and not ln.lstrip().startswith(commands)]

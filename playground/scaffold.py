@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 from . import render
-from .build import CUDA_FLAGS, CXX_FLAGS, nvidia_library
+from .build import CUDA_FLAGS, CXX_FLAGS, engine_headers
 from .errors import UsageError
 from .registry import Family, Variant
+from .toolchain import nvidia_library
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -44,8 +45,9 @@ def _refuse_overwrite(paths: list[Path], force: bool) -> None:
 
 
 def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, force: bool = False) -> list[Path]:
-    """Write the family's sources, rendered with these parameters, plus its spec, into folder."""
+    """Write the family's sources, rendered with these parameters, the headers they include and its spec."""
     files = {name: text for v in variants for name, text in render.sources(fam, v, params).items()}
+    files.update({name: render.header(fam, v, name) for v in variants for name in v.includes})  # builds on its own
     used = ", ".join(f"{k}={v}" for k, v in params.items())
     task = {
         "name": fam.name,
@@ -65,13 +67,14 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
     _refuse_overwrite(targets, force)
     folder.mkdir(parents=True, exist_ok=True)
     for path, text in zip(targets, files.values()):
+        path.parent.mkdir(parents=True, exist_ok=True)  # a header listed as include/x.h
         path.write_text(text)
     return targets
 
 
 def _variant_table(v: Variant) -> dict:
     table = {"device": v.device, "sources": list(v.sources), "note": v.note}
-    for key in ("cflags", "cuda_cflags", "ldflags", "libraries"):
+    for key in ("cflags", "cuda_cflags", "ldflags", "libraries", "includes"):
         if getattr(v, key):
             table[key] = list(getattr(v, key))
     return table
@@ -99,10 +102,15 @@ def export(fam: Family, folder: Path, variant: Variant, params: dict, force: boo
     files = {f"{package}/csrc/{n}": t for n, t in render.sources(fam, variant, params).items()}
     if not files:
         raise UsageError(f"{fam.name}/{variant.name} has no C++ sources to export")
+    sources = sorted(files)
+    headers = {**engine_headers(), **{n: render.header(fam, variant, n) for n in variant.includes}}
+    files.update({f"{package}/csrc/{n}": t for n, t in headers.items()})  # csrc is on the include path
     found = [nvidia_library(lib) for lib in variant.libraries]  # (headers, shared object) of each
     sub = dict(PACKAGE=package, FAMILY=fam.name, VARIANT=variant.name, EXTENSION="CUDAExtension" if cuda else "CppExtension",
-               INCLUDES=repr([inc for inc, _ in found]), LDFLAGS=repr([*variant.ldflags, *(so for _, so in found)]),
-               SOURCES=repr(sorted(files)), CFLAGS=repr([*CXX_FLAGS, *variant.cflags]),
+               INCLUDES="[" + ", ".join(["str(CSRC)", *(repr(inc) for inc, _ in found)]) + "]",
+               DATA=repr(sorted({f"{Path(n).parent.relative_to(package).as_posix()}/*" for n in files})),
+               LDFLAGS=repr([*variant.ldflags, *(so for _, so in found)]),
+               SOURCES=repr(sources), CFLAGS=repr([*CXX_FLAGS, *variant.cflags]),
                NVCCFLAGS=repr([*CUDA_FLAGS, *variant.cuda_cflags]), DEVICE=variant.device if variant.device != "any" else "cpu",
                DTYPE=fam.dtypes[0], SIZES=repr({**fam.sizes, **(fam.test_sizes[-1] if fam.test_sizes else {})}))
     for template in sorted(TEMPLATES.glob("export_*")):

@@ -108,7 +108,7 @@ def copy_bandwidth(device: str) -> float:
     """The device's copy bandwidth in GB/s (bytes read + written), measured once per device and cached."""
     import torch
 
-    from .build import cache_dir
+    from .toolchain import cache_dir
 
     key = f"{_device_name(device)} | torch {torch.__version__}"
     path = cache_dir() / "bandwidth.json"
@@ -132,7 +132,7 @@ def _device_name(device: str) -> str:
 
     import torch
 
-    from .build import cpu_model
+    from .toolchain import cpu_model
 
     if device == "cuda":
         return torch.cuda.get_device_name()

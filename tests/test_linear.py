@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import playground
 from playground import registry, runner, spec as specs
-from playground.build import cuda_home
+from playground.toolchain import cuda_home
 from playground.check import compare
 
 FAMILY = registry.find("linear")

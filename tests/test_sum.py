@@ -31,6 +31,21 @@ def test_sum_of_views(ops):
         assert ops.sum(view).item() == pytest.approx(view.double().sum().item(), abs=1e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_empty_sum_is_zero_as_torch_sum_says(ops, dtype):
+    for x in (torch.empty(0, dtype=dtype), torch.empty(3, 0, dtype=dtype)):
+        got = ops.sum(x)
+        assert got.dim() == 0 and got.dtype == dtype and got.item() == 0.0 == torch.sum(x).item()
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (1000, 1025), (7, 65537)])
+def test_a_2d_input_sums_every_element(ops, shape):
+    x = torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(shape[0]))
+    for view in (x, x.t()):  # contiguous, and a transposed view (copied)
+        got = ops.sum(view)
+        assert got.dim() == 0 and got.item() == pytest.approx(view.sum().item(), abs=1e-9 * x.numel())
+
+
 def test_sum_is_deterministic_across_thread_counts(ops):
     x = torch.randn(1_000_000)
     threads = torch.get_num_threads()

@@ -111,9 +111,23 @@ def test_other_block_sizes(variant, threads, dtype):
 
 
 @pytest.mark.cuda
-def test_empty_sum_is_zero():
-    out = ops("fast").sum(torch.empty(0, device="cuda"))
-    assert out.shape == () and out.item() == 0.0
+@pytest.mark.parametrize("shape", [(0,), (3, 0)])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_empty_sum_is_zero(variant, shape):
+    for dtype in DTYPES:
+        out = ops(variant).sum(torch.empty(*shape, dtype=dtype, device="cuda"))
+        assert out.shape == () and out.dtype == dtype and out.item() == 0.0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (1000, 1025), (4097, 4099)])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_2d_input_sums_every_element(variant, shape, dtype):
+    """numel, not size(0): a 2-D tensor sums to one value, contiguous or as a transposed (copied) view."""
+    base = randn(shape[0] * shape[1], dtype, seed=shape[0]).view(*shape)
+    check_sum(ops(variant).sum, base)
+    check_sum(ops(variant).sum, base.t(), owner=base)
 
 
 REJECT = """

@@ -193,15 +193,19 @@ def test_a_cuda_illegal_memory_access_is_exit_4_and_the_next_run_works(kplay):
 def test_eject_and_export_one_variant_by_name(kplay, tmp_path):
     result = kplay("eject", "sum", tmp_path / "fast", "--variant", "fast")
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "fast").iterdir()) == ["spec.py", "sum_cuda.cpp", "sum_fast.cu", "task.toml"]
+    assert sorted(p.name for p in (tmp_path / "fast").iterdir()) == [
+        "ladder.cuh", "spec.py", "sum_cuda.cpp", "sum_fast.cu", "task.toml"]
     result = kplay("export", "sum", tmp_path / "pkg", "--variant", "fast")
     assert result.exit_code == 0 and "CUDAExtension" in (tmp_path / "pkg" / "setup.py").read_text()
+    csrc = tmp_path / "pkg" / "sum_ext" / "csrc"
+    assert (csrc / "ladder.cuh").read_text() == (ROOT / "snippets" / "sum" / "ladder.cuh").read_text()
+    assert (csrc / "kplay" / "stable.h").read_text() == (ROOT / "playground" / "include" / "kplay" / "stable.h").read_text()
 
 
 def test_a_variant_using_cublaslt_gets_torchs_copy_and_its_headers(kplay, tmp_path):
     """libraries = ["cublasLt"]: the library torch loaded (no second copy) and the headers beside it,
     carried by eject and written into an export's setup.py."""
-    from playground.build import nvidia_library
+    from playground.toolchain import nvidia_library
     from playground.registry import tomllib
 
     inc, so = nvidia_library("cublasLt")
@@ -211,7 +215,7 @@ def test_a_variant_using_cublaslt_gets_torchs_copy_and_its_headers(kplay, tmp_pa
     assert tomllib.loads((tmp_path / "mine" / "task.toml").read_text())["variants"]["cuda"]["libraries"] == ["cublasLt"]
     assert kplay("export", "lltm", tmp_path / "pkg", "--variant", "cuda").exit_code == 0
     setup = (tmp_path / "pkg" / "setup.py").read_text()
-    assert f"include_dirs=[{inc!r}]" in setup and f"extra_link_args=[{so!r}]" in setup
+    assert f"include_dirs=[str(CSRC), {inc!r}]" in setup and f"extra_link_args=[{so!r}]" in setup
 
 
 def test_a_library_torch_did_not_load_is_a_one_line_error(kplay, tmp_path):
@@ -222,3 +226,129 @@ def test_a_library_torch_did_not_load_is_a_one_line_error(kplay, tmp_path):
     result = kplay("run", folder, "--device", "cpu", "--no-bench")
     assert result.exit_code == 3 and "CUDA library nosuchlib" in result.stderr  # 3: a build error
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+AFFINE_H = """// y = 2·x + 1, in a header the family's source includes (task.toml: includes = ["affine.h"])
+#pragma once
+template <typename T>
+T scale_shift(T x) { return 2 * x + 1; }
+"""
+
+
+def _family_with_header(tmp_path, kplay, name="affine"):
+    """`kplay new`'s family with its arithmetic moved into affine.h, listed in task.toml's includes."""
+    folder = _fresh_family(tmp_path, kplay, name)
+    (folder / "affine.h").write_text(AFFINE_H)
+    cpp = folder / f"{name}.cpp"
+    text = cpp.read_text().replace("#include <torch/headeronly/core/ScalarType.h>\n",
+                                   '#include <torch/headeronly/core/ScalarType.h>\n#include "affine.h"\n')
+    cpp.write_text(text.replace("y[i] = 2 * x[i] + 1;", "y[i] = scale_shift(x[i]);"))
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[variants.cpp]\n", '[variants.cpp]\nincludes = ["affine.h"]\n'))
+    return folder
+
+
+def test_a_header_edit_rebuilds_and_going_back_hits_the_cache(kplay, tmp_path):
+    folder = _family_with_header(tmp_path, kplay)
+    result, first = run_json(kplay, folder)
+    assert result.exit_code == 0 and first["ok"], result.output
+    header = folder / "affine.h"
+    header.write_text(AFFINE_H.replace("2 * x + 1", "2 * x + 2"))  # wrong: proves the header is compiled in
+    result, wrong = run_json(kplay, folder)
+    assert result.exit_code == 1 and not wrong["variants"][0]["build"]["cached"]
+    header.write_text(AFFINE_H)
+    result, back = run_json(kplay, folder)
+    assert result.exit_code == 0 and back["variants"][0]["build"]["cached"]
+    assert back["variants"][0]["build"]["name"] == first["variants"][0]["build"]["name"]
+
+
+def test_a_compile_error_in_a_header_points_at_the_header(kplay, tmp_path):
+    folder = _family_with_header(tmp_path, kplay)
+    (folder / "affine.h").write_text(AFFINE_H.replace("2 * x + 1;", "2 * x + 1"))  # line 4: a missing ;
+    result = kplay("run", folder, "--device", "cpu", "--no-bench")
+    assert result.exit_code == 3
+    first = result.stderr.splitlines()[0]
+    assert "compile error in affine.h:4" in first and "affine.cpp" not in first, result.stderr
+    assert f"{folder / 'affine.h'}:4" in result.stderr and "T scale_shift(T x)" in result.stderr
+
+
+def test_a_missing_header_listed_in_includes_is_one_line_exit_2(kplay, tmp_path):
+    folder = _family_with_header(tmp_path, kplay)
+    (folder / "affine.h").unlink()
+    result = kplay("run", folder, "--device", "cpu", "--no-bench")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: affine/cpp: header {folder / 'affine.h'} (task.toml includes) does not exist"]
+    assert kplay("eject", folder, tmp_path / "copy").exit_code == 2  # nothing half-written either
+    assert not (tmp_path / "copy").exists()
+
+
+def test_eject_of_a_family_with_includes_builds_and_passes_from_the_ejected_folder(kplay, tmp_path):
+    from playground.registry import tomllib
+
+    original = _family_with_header(tmp_path, kplay)
+    target = tmp_path / "ejected"
+    assert kplay("eject", original, target).exit_code == 0
+    assert (target / "affine.h").read_text() == AFFINE_H
+    assert tomllib.loads((target / "task.toml").read_text())["variants"]["cpp"]["includes"] == ["affine.h"]
+    (original / "affine.h").write_text("#error the ejected folder must not read its origin\n")
+    result, r = run_json(kplay, target)
+    assert result.exit_code == 0 and r["ok"], result.output
+
+
+def test_export_writes_the_headers_and_puts_csrc_on_the_include_path(kplay, tmp_path):
+    folder = _family_with_header(tmp_path, kplay)
+    assert kplay("export", folder, tmp_path / "pkg").exit_code == 0
+    csrc = tmp_path / "pkg" / "affine_ext" / "csrc"
+    assert (csrc / "affine.h").read_text() == AFFINE_H
+    assert (csrc / "kplay" / "stable.h").exists()  # the sources' #include <kplay/stable.h>
+    setup = (tmp_path / "pkg" / "setup.py").read_text()
+    assert "include_dirs=[str(CSRC)]" in setup and "['affine_ext/csrc/affine.cpp']" in setup  # headers are not sources
+    assert "package_data={\"affine_ext\": ['csrc/*', 'csrc/kplay/*']}" in setup
+
+
+def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
+    """kplay/stable.h is on every build's -I path; editing it renames (rebuilds) every build."""
+    import shutil
+
+    from playground import build, registry
+
+    fam = registry.find("sum")
+    variant = fam.variants["cpp"]
+    srcs = {"sum.cpp": (fam.path / "sum.cpp").read_text()}
+    name, args = build._identity(fam, variant, srcs)
+    assert args["extra_include_paths"][0] == str(build.ENGINE_INCLUDE)
+    copy = tmp_path / "include"
+    shutil.copytree(build.ENGINE_INCLUDE, copy)
+    (copy / "kplay" / "stable.h").write_text((copy / "kplay" / "stable.h").read_text() + "// edited\n")
+    monkeypatch.setattr(build, "ENGINE_INCLUDE", copy)
+    assert build._identity(fam, variant, srcs)[0] != name
+
+
+@pytest.mark.cuda
+def test_an_ejected_cuda_rung_passes_from_its_folder(kplay, tmp_path):
+    assert kplay("eject", "sum", tmp_path / "tree", "--variant", "tree").exit_code == 0
+    result = kplay("run", tmp_path / "tree", "--device", "cuda", "--variant", "tree", "--n", "1e6", "--no-bench")
+    assert result.exit_code == 0, result.output
+
+
+def test_an_ejected_cuda_rung_compiles_from_its_folder_and_a_header_error_points_at_it(kplay, tmp_path):
+    """ladder.cuh travels with the rung; nvcc's `file(line): error` in it names the header and its line."""
+    from playground import registry
+    from playground.build import build
+    from playground.errors import BuildError
+
+    folder = tmp_path / "tree"
+    assert kplay("eject", "sum", folder, "--variant", "tree").exit_code == 0
+    fam = registry.find(str(folder))
+    assert fam.variants["tree"].includes == ("ladder.cuh",)
+    assert build(fam, fam.variants["tree"], {})[0].sum._schemas
+    header = folder / "ladder.cuh"
+    lines = header.read_text().splitlines()
+    line = next(i for i, text in enumerate(lines) if text.strip() == "n = blocks;")
+    lines[line] = lines[line].replace("n = blocks;", "n = blockz;")
+    header.write_text("\n".join(lines) + "\n")
+    with pytest.raises(BuildError) as failed:
+        build(fam, fam.variants["tree"], {})
+    assert f"compile error in ladder.cuh:{line + 1}" in str(failed.value) and "blockz" in str(failed.value)
+    assert any(d.startswith(f"{header}:{line + 1}") for d in failed.value.details), failed.value.details

@@ -2,7 +2,7 @@
 // y = x W^T + b with W shaped (out_features, in_features) as in torch.nn.Linear.
 // Written against the stable ABI (torch/csrc/stable): it builds in about a second, and the kernels live
 // in a .cu file that includes only cuda_runtime.h, so nvcc never parses torch's headers.
-#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))  // only what torch 2.10 offers
+#include <kplay/stable.h>  // TORCH_TARGET_VERSION: only what torch 2.10 offers
 
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>  // aoti_torch_get_current_cuda_stream (-DUSE_CUDA)
 #include <torch/csrc/stable/accelerator.h>

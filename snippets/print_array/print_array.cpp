@@ -2,7 +2,7 @@
 //
 // The seed's version printed "%d\\n" (a literal backslash-n, from escaping inside a Python string),
 // read every tensor as int*, whatever its dtype, and would have read a CUDA tensor from the host.
-#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
+#include <kplay/stable.h>  // TORCH_TARGET_VERSION: only what torch 2.10 offers
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>

@@ -1,6 +1,6 @@
 // The binding for print_array on CUDA: checks the input, makes it dense and calls the launcher in
 // print_array.cu (which includes only cuda_runtime.h, so it compiles in seconds).
-#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
+#include <kplay/stable.h>  // TORCH_TARGET_VERSION: only what torch 2.10 offers
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>  // aoti_torch_get_current_cuda_stream (needs -DUSE_CUDA)
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>

@@ -1,9 +1,9 @@
 // The sum of a tensor on the CPU, as a PyTorch op.
 //
 // The stable ABI (torch/csrc/stable) compiles in about a second, where <torch/extension.h> takes
-// half a minute. TORCH_TARGET_VERSION keeps us to what torch 2.10 offers, so this builds on any
-// torch kplay supports.
-#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
+// half a minute. kplay/stable.h keeps us to what torch 2.10 offers (TORCH_TARGET_VERSION), so this
+// builds on any torch kplay supports.
+#include <kplay/stable.h>  // TORCH_TARGET_VERSION: only what torch 2.10 offers
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>
@@ -36,6 +36,7 @@ double sum_range(const T* x, int64_t begin, int64_t end) {
 }
 
 // One partial sum per chunk, then the partials in order: the same answer on 1 thread or 64.
+// n == 0 has no chunks: the empty sum is 0, as torch.sum says.
 template <typename T>
 double sum_all(const T* x, int64_t n) {
   int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -51,15 +52,15 @@ double sum_all(const T* x, int64_t n) {
 
 Tensor sum(Tensor x) {
   STD_TORCH_CHECK(x.is_cpu(), "sum (C++): x must be on the CPU");
-  STD_TORCH_CHECK(x.numel() > 0, "sum (C++): x is empty");
   Tensor c = torch::stable::contiguous(x);  // a view like x[::2] is copied; the input is never written
+  const int64_t n = c.numel();  // every element whatever the shape (not size(0)): a 2-D x sums to one value
   Tensor out = torch::stable::new_empty(c, {});  // a 0-d result, like torch.sum
   switch (c.scalar_type()) {
     case ScalarType::Float:
-      *static_cast<float*>(out.mutable_data_ptr()) = sum_all(static_cast<const float*>(c.const_data_ptr()), c.numel());
+      *static_cast<float*>(out.mutable_data_ptr()) = sum_all(static_cast<const float*>(c.const_data_ptr()), n);
       break;
     case ScalarType::Double:
-      *static_cast<double*>(out.mutable_data_ptr()) = sum_all(static_cast<const double*>(c.const_data_ptr()), c.numel());
+      *static_cast<double*>(out.mutable_data_ptr()) = sum_all(static_cast<const double*>(c.const_data_ptr()), n);
       break;
     default:
       STD_TORCH_CHECK(false, "sum (C++): expected float32 or float64");

@@ -1,7 +1,7 @@
 // The binding every CUDA sum variant shares: checks the input, makes it dense, allocates the 0-d result
 // and the variant's scratch on the device, and launches on PyTorch's current stream. The math is in the
 // variant's .cu, which includes only cuda_runtime.h so that it compiles in seconds.
-#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
+#include <kplay/stable.h>  // TORCH_TARGET_VERSION: only what torch 2.10 offers
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>  // aoti_torch_get_current_cuda_stream (needs -DUSE_CUDA)
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/library.h>

@@ -8,8 +8,7 @@
 //   sums the partials (in a fixed order, so the result is deterministic) and writes the result.
 // 16-byte loads need a 16-byte-aligned address: a misaligned view (x[1:]) starts with up to 3 floats
 // (1 double) summed one by one before the aligned body; the tail after the last full vector likewise.
-#include <cuda_runtime.h>
-#include <cstdint>
+#include "ladder.cuh"  // launch_sum and error_or_null (cuda_runtime.h only); not the multi-pass launcher
 
 constexpr int kThreads = {{threads}};  // threads per block
 constexpr int kWarps = kThreads / 32;
@@ -110,10 +109,8 @@ int64_t sum_workspace_bytes(int64_t n, int64_t element_size) {
   return kTicketBytes + blocks * element_size;
 }
 
-static const char* error_or_null(cudaError_t err) { return err == cudaSuccess ? nullptr : cudaGetErrorString(err); }
-
 template <typename T>
-static const char* launch(const T* x, int64_t n, T* out, void* workspace, cudaStream_t stream) {
+const char* launch(const T* x, int64_t n, T* out, void* workspace, cudaStream_t stream) {
   const int64_t blocks = grid_for<T>(n);  // n >= 1: the binding answers n == 0 itself
   if (blocks < 1) return "could not query the device for its number of SMs";
   const auto address = reinterpret_cast<uintptr_t>(x);
@@ -124,12 +121,4 @@ static const char* launch(const T* x, int64_t n, T* out, void* workspace, cudaSt
   if (const char* err = error_or_null(cudaMemsetAsync(ticket, 0, sizeof(unsigned), stream))) return err;
   sum_fast_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, head, out, partials, ticket);
   return error_or_null(cudaGetLastError());
-}
-
-// nullptr on success, else the CUDA error. `stream` is the caller's current cudaStream_t.
-const char* launch_sum(const float* x, int64_t n, float* out, void* workspace, void* stream) {
-  return launch(x, n, out, workspace, static_cast<cudaStream_t>(stream));
-}
-const char* launch_sum(const double* x, int64_t n, double* out, void* workspace, void* stream) {
-  return launch(x, n, out, workspace, static_cast<cudaStream_t>(stream));
 }

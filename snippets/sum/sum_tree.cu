@@ -3,10 +3,10 @@
 // one partial sum; the launcher repeats on the partials until one value is left (multi-pass).
 // Unlike the seed: the grid rounds up (the tail is summed), indices are 64-bit (n may exceed 2^31), and
 // the partials go to a workspace (the input is never overwritten).
-#include <cuda_runtime.h>
-#include <cstdint>
+#include "ladder.cuh"  // launch_sum, the multi-pass launcher (cuda_runtime.h only)
 
 constexpr int kThreads = {{threads}};  // threads per block
+constexpr int64_t kPerBlock = kThreads;  // elements one block sums: one per thread
 static_assert(kThreads >= 64 && kThreads <= 1024 && (kThreads & (kThreads - 1)) == 0,
               "the tree halves the block each step: threads must be a power of two in [64, 1024]");
 
@@ -14,7 +14,7 @@ template <typename T>
 __global__ void sum_tree_kernel(const T* __restrict__ in, int64_t n, T* __restrict__ partial) {
   __shared__ T s[kThreads];
   const unsigned tid = threadIdx.x;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + tid;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kPerBlock + tid;
   s[tid] = i < n ? in[i] : T(0);  // threads past the end add zero
   __syncthreads();
   // Sequential addressing: the active threads are the first `stride` ones (whole warps stay idle
@@ -26,38 +26,12 @@ __global__ void sum_tree_kernel(const T* __restrict__ in, int64_t n, T* __restri
   if (tid == 0) partial[blockIdx.x] = s[0];
 }
 
-static int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
-
-static const char* error_or_null(cudaError_t err) { return err == cudaSuccess ? nullptr : cudaGetErrorString(err); }
-
-// Bytes of scratch: the partials of every pass but the last, which writes the result itself.
+// The multi-pass launcher is ladder.cuh's: blocks of kPerBlock elements, passes until one value is left.
 int64_t sum_workspace_bytes(int64_t n, int64_t element_size) {
-  int64_t total = 0;
-  for (int64_t b = blocks_for(n); b > 1; b = blocks_for(b)) total += b;
-  return total * element_size;
+  return multipass_workspace_bytes(n, kPerBlock, element_size);
 }
 
 template <typename T>
-static const char* launch(const T* x, int64_t n, T* out, void* workspace, cudaStream_t stream) {
-  const T* in = x;
-  T* next = static_cast<T*>(workspace);
-  for (;;) {  // n >= 1: the binding answers n == 0 itself
-    const int64_t blocks = blocks_for(n);
-    if (blocks > 0x7fffffff) return "too many elements for one grid of 2^31 - 1 blocks";
-    T* dst = blocks == 1 ? out : next;
-    sum_tree_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(in, n, dst);
-    if (const char* err = error_or_null(cudaGetLastError())) return err;
-    if (blocks == 1) return nullptr;
-    in = next;       // the next pass reads these partials
-    next += blocks;  // and writes its own after them
-    n = blocks;
-  }
-}
-
-// nullptr on success, else the CUDA error. `stream` is the caller's current cudaStream_t.
-const char* launch_sum(const float* x, int64_t n, float* out, void* workspace, void* stream) {
-  return launch(x, n, out, workspace, static_cast<cudaStream_t>(stream));
-}
-const char* launch_sum(const double* x, int64_t n, double* out, void* workspace, void* stream) {
-  return launch(x, n, out, workspace, static_cast<cudaStream_t>(stream));
+const char* launch(const T* x, int64_t n, T* out, void* workspace, cudaStream_t stream) {
+  return launch_passes(sum_tree_kernel<T>, kThreads, kPerBlock, x, n, out, workspace, stream);
 }

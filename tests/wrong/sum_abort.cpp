@@ -1,5 +1,5 @@
 // WRONG on purpose: it aborts the process, as a failed assert would.
-#define TORCH_TARGET_VERSION (((0ULL + 2) << 56) | ((0ULL + 10) << 48))
+#include <kplay/stable.h>  // TORCH_TARGET_VERSION: only what torch 2.10 offers
 #include <torch/csrc/stable/library.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/tensor.h>

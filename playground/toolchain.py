@@ -1,0 +1,109 @@
+"""Where this machine's tools are: CUDA, NVIDIA libraries, the compiler, ninja, the CPU, the build cache.
+
+Probed without building anything, so `kplay doctor` and the timing code can ask too.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import BuildError
+
+
+def cache_dir() -> Path:
+    """Where builds live: $KPLAY_CACHE, else $XDG_CACHE_HOME/kplay, else ~/.cache/kplay."""
+    if os.environ.get("KPLAY_CACHE"):
+        return Path(os.environ["KPLAY_CACHE"]).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "kplay"
+
+
+def cuda_home() -> str | None:
+    """The CUDA root: $CUDA_HOME, else the first candidate with the runtime headers.
+
+    torch guesses /usr/local from a /usr/local/bin/nvcc (a link or a wrapper script), where
+    cuda_runtime.h is missing; the real root is nvcc's resolved folder or /usr/local/cuda.
+    """
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    nvcc = shutil.which("nvcc")
+    candidates = [Path(nvcc).resolve().parent.parent] if nvcc else []
+    candidates += [Path("/usr/local/cuda"), *sorted(Path("/usr/local").glob("cuda-*"), reverse=True)]
+    return next((str(c) for c in candidates if (c / "include" / "cuda_runtime.h").exists()), None)
+
+
+def nvidia_library(lib: str) -> tuple[str, str]:
+    """Header folder and shared object of an NVIDIA library that torch links (cublasLt, cublas, ...).
+
+    The object is the one torch loaded, so the extension shares it rather than loading a second copy (a
+    torch without CUDA loads none: then CUDA_HOME's); the headers come from the same install (pip's nvidia
+    wheels carry both; a CUDA toolkit installed as its nvcc package alone has neither), else from CUDA_HOME.
+    """
+    import torch  # noqa: F401  (loads torch's CUDA libraries, where torch has CUDA)
+
+    paths = set()
+    try:
+        with open("/proc/self/maps") as maps:  # address perms offset dev inode [path]
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6:
+                    paths.add(fields[5].strip().removesuffix(" (deleted)"))
+    except OSError:  # not Linux
+        pass
+    home = Path(cuda_home() or "/usr/local/cuda")
+    loaded = sorted(p for p in paths if f"/lib{lib}.so" in p)
+    so = next(iter(loaded), None) or next(iter(sorted(map(str, home.glob(f"lib*/lib{lib}.so*")))), None)
+    if so is None:
+        raise BuildError(f"CUDA library {lib}: torch has not loaded lib{lib}.so and {home} has none")
+    roots = [Path(so).parent.parent, home, *sorted(home.glob("targets/*"))]
+    inc = next((r / "include" for r in roots if (r / "include" / f"{lib}.h").exists()), None)
+    if inc is None:
+        raise BuildError(f"CUDA library {lib}: no {lib}.h next to {so} or in {home}")
+    return str(inc), so
+
+
+def venv_bin() -> str:
+    """The folder of this interpreter's scripts (where pip puts ninja), on PATH or not."""
+    return os.path.dirname(sys.executable)
+
+
+def setup_env() -> None:
+    """Environment torch's extension builder reads: ninja on PATH, CUDA_HOME, a GPU arch when there is no GPU."""
+    if not os.environ.get("PATH", "").startswith(venv_bin()):  # pip's ninja, when the venv is not activated
+        os.environ["PATH"] = os.pathsep.join([venv_bin(), os.environ.get("PATH", "")])
+    home = cuda_home()
+    if home:
+        os.environ["CUDA_HOME"] = home
+    if "TORCH_CUDA_ARCH_LIST" not in os.environ:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+        else:  # compile-only (CI): the workshop GPU, an H200, instead of every arch torch knows
+            os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+
+
+@functools.cache
+def compiler() -> tuple[str, list[str]]:
+    """The C++ compiler's identity and the machine flags it accepts."""
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+        probe = subprocess.run([cxx, "-march=native", "-x", "c++", "-E", "-o", os.devnull, os.devnull], capture_output=True)
+    except OSError:
+        return f"{cxx} (not found)", []
+    return version, ["-march=native"] if probe.returncode == 0 else []
+
+
+def cpu_model() -> str:
+    """The CPU's model name (a cache shared between machines must not mix -march=native builds)."""
+    try:
+        return next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
