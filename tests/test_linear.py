@@ -33,8 +33,8 @@ def mismatches(fn, x, w, b, gy):
     got = spec.gradients(fn, x, w, b, gy)
     tols, source = spec.tolerance(x, w, b, gy, x.dtype)
     check = compare(got, spec.reference(x, w, b, gy), tols, source, "", spec.OUTPUTS)
-    dtypes = [f"{n}: {g.dtype}" for n, g in zip(spec.OUTPUTS, got) if isinstance(g, torch.Tensor) and g.dtype != x.dtype]
-    return check.mismatches + dtypes
+    wrong = [f"{n}: {g.dtype}" for n, g in zip(spec.OUTPUTS, got) if isinstance(g, torch.Tensor) and g.dtype != x.dtype]
+    return check.mismatches + wrong
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,8 @@ def square_test_sizes(folder):
     toml = folder / "task.toml"
     text, removed = re.subn(r"\[\[test_sizes\]\]\n(?:\w+ = \d+\n)+", "", toml.read_text())
     assert removed == len(FAMILY.test_sizes)
-    toml.write_text(text + "".join(f"\n[[test_sizes]]\nbatch = {b}\nin = {n}\nout = {n}\n" for b, n in [(1, 1), (33, 17)]))
+    square = [(1, 1), (33, 17)]  # (batch, in = out)
+    toml.write_text(text + "".join(f"\n[[test_sizes]]\nbatch = {b}\nin = {n}\nout = {n}\n" for b, n in square))
 
 
 @pytest.mark.parametrize("source, name, square", [
@@ -178,7 +179,7 @@ WRONG_FORWARD = {
     "skip_last_percent_k": skip_last_percent_k,
     "bf16": bf16_linear,
 }
-EVERY_SIZE = [(t["batch"], t["in"], t["out"]) for t in FAMILY.test_sizes] + [tuple(FAMILY.sizes.values()), (1024, 4096, 64)]
+EVERY_SIZE = [(t["batch"], t["in"], t["out"]) for t in [*FAMILY.test_sizes, FAMILY.sizes]] + [(1024, 4096, 64)]
 
 
 @pytest.mark.parametrize("name", WRONG_FORWARD)
