@@ -57,7 +57,8 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         "bench": fam.bench,
         **({"default_variant": fam.default_variant} if fam.default_variant else {}),
         **fam.extra,
-        "sizes": fam.sizes,
+        **({"values": fam.values} if fam.values else {}),
+        "sizes": {k: {"default": v, "help": fam.size_help[k]} if fam.size_help.get(k) else v for k, v in fam.sizes.items()},
         "test_sizes": list(fam.test_sizes),
         "variants": {v.name: _variant_table(v) for v in variants},
     }

@@ -50,12 +50,16 @@ def kplay():
 
 @pytest.fixture
 def wrong_kernel(tmp_path):
-    """A copy of a built-in family whose C++ source is replaced by one from tests/wrong/."""
+    """A copy of a built-in family whose C++ source is replaced by one from tests/wrong/ (e.g. "linear/x.cpp").
+
+    The source takes the family's own name (linear.cpp, not linear_cuda.cpp), so a compile error points there.
+    """
 
     def make(family: str, source: str) -> Path:
         folder = tmp_path / f"{family}-{Path(source).stem}"
         shutil.copytree(ROOT / "snippets" / family, folder)
-        target = next(folder.glob("*.cpp"))
+        own = folder / f"{family}.cpp"
+        target = own if own.exists() else sorted(folder.glob("*.cpp"))[0]
         for extra in folder.glob("*"):
             if extra.suffix in (".cpp", ".cu") and extra != target:
                 extra.unlink()

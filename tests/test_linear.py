@@ -2,7 +2,7 @@
 the nn.Module wrapper, the checker on known-wrong layers; CUDA sources compile without a GPU."""
 
 import json
-import shutil
+import re
 
 import pytest
 import torch
@@ -22,27 +22,19 @@ SHAPES = [(1, 17, 1023), (17, 1023, 1), (1023, 1, 17), (1000, 1000, 1023), (4, 3
 
 
 def seeded(shape, dtype, device="cpu", seed=0):
-    """Inputs as kplay makes them, plus an upstream gradient."""
+    """x, weight, bias and the upstream gradient, as kplay makes them."""
     batch, fan_in, fan_out = shape
     gen = torch.Generator().manual_seed(seed)
-    x, w, b = spec.make_inputs({"batch": batch, "in": fan_in, "out": fan_out}, dtype, "cpu", gen)
-    gy = torch.randn(batch, fan_out, generator=gen, dtype=dtype)
-    return [t.to(device) for t in (x, w, b, gy)]
+    return [t.to(device) for t in spec.make_inputs({"batch": batch, "in": fan_in, "out": fan_out}, dtype, "cpu", gen)]
 
 
 def mismatches(fn, x, w, b, gy):
-    """Names of the outputs of fn (y and the three gradients) that miss the float64 F.linear by more than the bound."""
+    """The engine's comparison of fn's y and three gradients with float64 F.linear's, plus a dtype check."""
     got = spec.gradients(fn, x, w, b, gy)
-    ref = spec.gradients(F.linear, *(t.double() for t in (x, w, b, gy)))
-    tols = spec.gradient_tolerances(x, w, b, gy, x.dtype)
-    names = ["y", "grad_input", "grad_weight", "grad_bias"]
-    bad = []
-    for name, g, r, tol in zip(names, got, ref, tols):
-        if g is None or g.shape != r.shape or g.dtype != x.dtype:
-            bad.append(f"{name}: {None if g is None else (tuple(g.shape), g.dtype)}")
-        elif not (g.double() - r).abs().max().item() <= tol:  # NaN fails too
-            bad.append(f"{name}: err {(g.double() - r).abs().max().item():.3g} > {tol:.3g}")
-    return bad
+    tols, source = spec.tolerance(x, w, b, gy, x.dtype)
+    check = compare(got, spec.reference(x, w, b, gy), tols, source, "", spec.OUTPUTS)
+    wrong = [f"{n}: {g.dtype}" for n, g in zip(spec.OUTPUTS, got) if isinstance(g, torch.Tensor) and g.dtype != x.dtype]
+    return check.mismatches + wrong
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +84,21 @@ def test_seed_weight_layout_is_rejected(cpp):
         cpp.linear_forward(torch.randn(10, 3), torch.randn(3, 5), torch.randn(5))
 
 
+def test_timing_is_the_forward_alone(cpp):
+    # The check runs forward and backward; the time is the forward's, as the baseline F.linear's is.
+    inputs = seeded((33, 40, 9), torch.float32)
+    y = spec.function(cpp, "cpp")(*inputs)
+    assert isinstance(y, torch.Tensor) and not y.requires_grad
+    torch.testing.assert_close(y, spec.baseline(*inputs))
+
+
+def test_call_returns_y_and_three_gradients_shaped_as_output_like(cpp):
+    inputs = seeded((33, 40, 9), torch.float32)
+    out = spec.call(cpp, "cpp", *inputs)
+    assert [t.shape for t in out] == [t.shape for t in spec.output_like(*inputs)]
+    assert [t.shape for t in out] == [(33, 9), (33, 40), (9, 40), (9,)] and len(spec.OUTPUTS) == 4
+
+
 def test_api_run_reports_gflops_against_F_linear():
     r = playground.run("linear", sizes={"batch": 64, "in": 48, "out": 40}, device="cpu", budget_s=0.02)
     v = r.variants[0]
@@ -106,41 +113,81 @@ def test_cli_run(kplay):
     assert out["sizes"] == {"batch": 33, "in": 17, "out": 9} and out["variants"][0]["gflops"] > 0
 
 
-# Known-wrong layers: the checks must fail them. One is built and run through the CLI; the others are
-# plain PyTorch, since what is tested is the checker (tolerance and comparison), not the compiler.
-def test_checker_fails_a_layer_that_skips_the_last_k(kplay, tmp_path):
-    folder = tmp_path / "linear-skip-last-k"
-    shutil.copytree(FAMILY.path, folder)
-    src = folder / "linear.cpp"
-    good = "return at::addmm(bias, x, weight.t());"
-    assert good in src.read_text()
-    k = "x.size(1) - 1"
-    src.write_text(src.read_text().replace(good, f"return at::addmm(bias, x.narrow(1, 0, {k}), weight.narrow(1, 0, {k}).t());"))
-    result = kplay("run", folder, "--device", "cpu", "--batch", 64, "--in", 256, "--out", 32, "--json")
+# Known-wrong layers (tests/wrong/linear/): each is built and run through the CLI, at the family's test
+# sizes and a small main size; plain-PyTorch ones below test the tolerances alone, at every size.
+def square_test_sizes(folder):
+    """Test sizes with in == out only, so a transposed grad_weight has weight's shape and fails on its numbers."""
+    toml = folder / "task.toml"
+    text, removed = re.subn(r"\[\[test_sizes\]\]\n(?:\w+ = \d+\n)+", "", toml.read_text())
+    assert removed == len(FAMILY.test_sizes)
+    square = [(1, 1), (33, 17)]  # (batch, in = out)
+    toml.write_text(text + "".join(f"\n[[test_sizes]]\nbatch = {b}\nin = {n}\nout = {n}\n" for b, n in square))
+
+
+@pytest.mark.parametrize("source, name, square", [
+    ("grad_weight_scaled.cpp", "grad_weight", False),
+    ("grad_weight_transposed.cpp", "grad_weight", True),
+    ("skip_last_percent_k.cpp", "y", False),
+])
+def test_checker_fails_wrong_layer_and_names_the_output(kplay, wrong_kernel, source, name, square):
+    folder = wrong_kernel("linear", f"linear/{source}")
+    if square:
+        square_test_sizes(folder)
+    result = kplay("run", folder, "--device", "cpu", "--batch", 64, "--in", 48, "--out", 48, "--no-bench", "--json")
     assert result.exit_code == 1, result.output
     check = json.loads(result.stdout)["variants"][0]["check"]
     assert not check["ok"] and check["mismatches"]
+    assert all(f" {name}[" in m for m in check["mismatches"]), check["mismatches"]  # and no other output
+
+
+@pytest.mark.parametrize("source, message", [
+    # Not square: autograd would refuse the shape in its own words; the spec says which gradient, and why.
+    ("grad_weight_transposed.cpp", "linear_backward's grad_weight has shape (17, 1023); it must be shaped like weight, (1023, 17)"),
+    # Seed 002's `return a, b, c;` declared as one tensor: the comma operator keeps only grad_bias.
+    ("comma_operator.cpp", "linear_backward returns 1 tensor; the backward needs 3 (grad_input, grad_weight, grad_bias)"),
+])
+def test_a_backward_of_the_wrong_count_or_shape_is_named_in_the_kernels_terms(kplay, wrong_kernel, source, message):
+    result = kplay("run", wrong_kernel("linear", f"linear/{source}"), "--device", "cpu", "--no-bench")
+    assert result.exit_code == 4, result.output
+    assert f"cpp raised at batch=1 in=17 out=1023: {message}" in result.stderr, result.stderr
+
+
+def test_seed_comma_operator_in_a_three_tensor_backward_is_a_compile_error_in_the_students_file(kplay, wrong_kernel):
+    folder = wrong_kernel("linear", "linear/comma_operator_tuple.cpp")
+    line = (folder / "linear.cpp").read_text().splitlines().index("  return grad_input, grad_weight, grad_bias;") + 1
+    result = kplay("run", folder, "--device", "cpu", "--no-bench")
+    assert result.exit_code == 3, result.output
+    assert f"compile error in linear.cpp:{line}:" in result.stderr, result.stderr
+    assert f"{folder / 'linear.cpp'}:{line}" in result.stderr  # the compiler's line, in the student's own file
 
 
 def bf16_linear(x, w, b):
     return F.linear(x.bfloat16(), w.bfloat16(), b.bfloat16()).to(x.dtype)
 
 
+def skip_last_percent_k(x, w, b):
+    k = x.shape[1] - -(-x.shape[1] // 100)  # the last 1% of the k-sum dropped, at least one term
+    return F.linear(x[:, :k], w[:, :k], b)
+
+
 WRONG_FORWARD = {
     "no_bias": lambda x, w, b: x @ w.t(),
     "skip_first_k": lambda x, w, b: F.linear(x[:, 1:], w[:, 1:], b),
+    "skip_last_percent_k": skip_last_percent_k,
     "bf16": bf16_linear,
 }
+EVERY_SIZE = [(t["batch"], t["in"], t["out"]) for t in [*FAMILY.test_sizes, FAMILY.sizes]] + [(1024, 4096, 64)]
 
 
 @pytest.mark.parametrize("name", WRONG_FORWARD)
-@pytest.mark.parametrize("shape", [(64, 256, 32), (1024, 4096, 64)], ids=str)
+@pytest.mark.parametrize("shape", EVERY_SIZE, ids=str)
 def test_tolerance_fails_wrong_forward(name, shape):
-    x, w, b, _ = seeded(shape, torch.float32)
-    tol, _ = spec.tolerance(x, w, b, torch.float32)
-    check = compare(WRONG_FORWARD[name](x, w, b), spec.reference(x, w, b), tol, "")
+    x, w, b, gy = seeded(shape, torch.float32)
+    tol = spec.gradient_tolerances(x, w, b, gy, torch.float32)[0]  # y's, as in the engine's check
+    ref = F.linear(x.double(), w.double(), b.double())  # spec.reference's y, without the backward
+    check = compare(WRONG_FORWARD[name](x, w, b), ref, tol, "")
     assert not check.ok and check.max_abs_err > tol
-    assert compare(F.linear(x, w, b), spec.reference(x, w, b), tol, "").ok  # F.linear itself passes
+    assert compare(F.linear(x, w, b), ref, tol, "").ok  # F.linear itself passes
 
 
 class WrongBackward(torch.autograd.Function):
@@ -165,11 +212,16 @@ class WrongBackward(torch.autograd.Function):
         return grads["grad_input"], grads["grad_weight"], grads["grad_bias"], None
 
 
-@pytest.mark.parametrize("bug", ["seed_comma_operator", "bias_mean", "grad_input_of_transposed_W"])
-def test_gradient_checks_fail_wrong_backward(bug):
+@pytest.mark.parametrize("bug, names", [
+    ("seed_comma_operator", {"grad_input", "grad_weight"}),
+    ("bias_mean", {"grad_bias"}),
+    ("grad_input_of_transposed_W", {"grad_input"}),
+])
+def test_gradient_checks_fail_wrong_backward(bug, names):
     x, w, b, gy = seeded((6, 5, 5), torch.float32)
     assert mismatches(F.linear, x, w, b, gy) == []
-    assert mismatches(lambda *a: WrongBackward.apply(*a, bug), x, w, b, gy)
+    bad = mismatches(lambda *a: WrongBackward.apply(*a, bug), x, w, b, gy)
+    assert bad and {n for n in spec.OUTPUTS if any(m.startswith(n) for m in bad)} == names, bad
 
 
 # CUDA: the sources compile on any machine with nvcc (no GPU: for sm_90); correctness needs a GPU.

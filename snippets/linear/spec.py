@@ -1,4 +1,4 @@
-"""linear: y = x W^T + b against F.linear in float64; every variant is an autograd op."""
+"""linear: y = x W^T + b and its three gradients against F.linear in float64; every variant is an autograd op."""
 
 import math
 
@@ -13,16 +13,18 @@ LAMBDA = 5  # the probabilistic bound below fails with probability about exp(-LA
 
 
 def make_inputs(sizes, dtype, device, gen):
+    """x, weight, bias, then the upstream gradient of y: random, so a scaled or transposed gradient shows."""
     batch, fan_in, fan_out = sizes["batch"], sizes["in"], sizes["out"]
     bound = 1 / math.sqrt(fan_in)  # torch.nn.Linear's initial range, so outputs stay O(1) at any size
     x = torch.randn(batch, fan_in, generator=gen, dtype=dtype)
     weight = (torch.rand(fan_out, fan_in, generator=gen, dtype=dtype) * 2 - 1) * bound
     bias = (torch.rand(fan_out, generator=gen, dtype=dtype) * 2 - 1) * bound
-    return x.to(device), weight.to(device), bias.to(device)
+    grad_out = torch.randn(batch, fan_out, generator=gen, dtype=dtype)
+    return x.to(device), weight.to(device), bias.to(device), grad_out.to(device)
 
 
-def reference(x, weight, bias):
-    return F.linear(x.double(), weight.double(), bias.double())
+def reference(x, weight, bias, grad_out):
+    return gradients(F.linear, *(t.double() for t in (x, weight, bias, grad_out)))
 
 
 def product_tolerance(a, b, dtype, extra=None):
@@ -32,7 +34,8 @@ def product_tolerance(a, b, dtype, extra=None):
     with high probability (Higham and Mary 2019, rounding errors as independent random variables);
     sum|a_i b_i| <= |a| |b| (Cauchy-Schwarz) bounds it by the largest row norms, cheap to compute.
     """
-    eps = torch.finfo(dtype).eps
+    # The float64 reference rounds too: in a float64 run its own error is as large as the kernel's.
+    eps = torch.finfo(dtype).eps + torch.finfo(torch.float64).eps
     k = a.shape[1]
     norms = a.double().norm(dim=1).max().item() * b.double().norm(dim=1).max().item() if a.numel() else 0.0
     if extra is not None:
@@ -40,9 +43,32 @@ def product_tolerance(a, b, dtype, extra=None):
     return LAMBDA * math.sqrt(k + 1) * eps * norms
 
 
-def tolerance(x, weight, bias, dtype):
-    tol = product_tolerance(x, weight, dtype, extra=bias)
-    return tol, f"{LAMBDA}·sqrt(in+1)·eps·(max|x_m|·max|W_n|+max|b|) (probabilistic dot-product bound)"
+def tolerance(x, weight, bias, grad_out, dtype):
+    """One bound per output (OUTPUTS), each from the product that makes it."""
+    source = f"{LAMBDA}·sqrt(k+1)·eps·(largest row norms of the two factors), per product (probabilistic dot-product bound)"
+    return gradient_tolerances(x, weight, bias, grad_out, dtype), source
+
+
+OUTPUTS = ("y", "grad_input", "grad_weight", "grad_bias")
+
+
+def checked_gradients(grads, x, weight):
+    """linear_backward's result as the three gradients autograd takes, or an error in the kernel's terms.
+
+    Autograd would reject a wrong count or shape too, but in its own terms ("returned an incorrect
+    number of gradients"); the seed's `return a, b, c;` is a one-tensor return, and this says so.
+    """
+    grads = (grads,) if isinstance(grads, torch.Tensor) else tuple(grads)
+    needs = {"grad_input": ("x", x.shape), "grad_weight": ("weight", weight.shape),
+             "grad_bias": ("bias", weight.shape[:1])}
+    if len(grads) != len(needs):
+        raise RuntimeError(f"linear_backward returns {len(grads)} tensor{'s' if len(grads) != 1 else ''}; "
+                           f"the backward needs {len(needs)} ({', '.join(needs)})")
+    for g, (name, (of, shape)) in zip(grads, needs.items()):
+        if not isinstance(g, torch.Tensor) or g.shape != shape:
+            got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
+            raise RuntimeError(f"linear_backward's {name} has shape {got}; it must be shaped like {of}, {tuple(shape)}")
+    return grads
 
 
 _wired: dict[str, object] = {}
@@ -61,7 +87,7 @@ def autograd_op(ops):
 
         def backward(ctx, grad_out):
             x, weight = ctx.saved_tensors
-            return backward_op(grad_out.contiguous(), x, weight)
+            return checked_gradients(backward_op(grad_out.contiguous(), x, weight), x, weight)
 
         torch.library.register_autograd(name, backward, setup_context=setup_context)
         _wired[name] = forward
@@ -85,14 +111,20 @@ class Linear(torch.nn.Linear):
         return y.reshape(*x.shape[:-1], self.out_features)
 
 
-def call(ops, variant, x, weight, bias):
-    return linear(ops, x, weight, bias)
+def call(ops, variant, x, weight, bias, grad_out):
+    """y and the three gradients, through the op's autograd wiring: what a training step would run."""
+    return gradients(lambda *a: linear(ops, *a), x, weight, bias, grad_out)
+
+
+def function(ops, variant):
+    """What is timed: the forward alone, as the baseline F.linear is; the check covers the backward."""
+    return lambda x, weight, bias, grad_out: linear(ops, x, weight, bias)
 
 
 BASELINE = "F.linear"
 
 
-def baseline(x, weight, bias):
+def baseline(x, weight, bias, grad_out):
     return F.linear(x, weight, bias)
 
 
@@ -100,16 +132,17 @@ def flops(sizes):
     return 2 * sizes["batch"] * sizes["in"] * sizes["out"]
 
 
-def output_like(x, weight, bias):
-    return (torch.empty(x.shape[0], weight.shape[0], dtype=x.dtype, device=x.device),)
+def output_like(x, weight, bias, grad_out):
+    """What call allocates: y, then the gradients, each shaped like its input."""
+    return (torch.empty_like(grad_out), torch.empty_like(x), torch.empty_like(weight), torch.empty_like(bias))
 
 
 def gradients(fn, x, weight, bias, grad_out):
     """(y, grad_x, grad_weight, grad_bias) of fn(x, weight, bias) for the upstream gradient grad_out."""
-    leaves = [t.detach().clone().requires_grad_(True) for t in (x, weight, bias)]
+    # Aliases, not copies: nothing is allocated before the outputs, and a kernel writing its input shows.
+    leaves = [t.detach().requires_grad_(True) for t in (x, weight, bias)]
     y = fn(*leaves)
-    y.backward(grad_out)
-    return (y.detach(), *(t.grad for t in leaves))
+    return (y.detach(), *torch.autograd.grad(y, leaves, grad_out, allow_unused=True))  # None: no gradient
 
 
 def gradient_tolerances(x, weight, bias, grad_out, dtype):
