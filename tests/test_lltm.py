@@ -1,14 +1,16 @@
-"""LLTM: the cpp and cuda ops against the Python reference, forward and all five gradients.
+"""LLTM: the cpp, cuda and cuda-fast ops against the Python reference, forward and all five gradients.
 
-The cpp variant runs here; the cuda sources only compile here (TORCH_CUDA_ARCH_LIST=9.0) and run on a GPU.
+The cpp variant runs here; the sources of cuda and cuda-fast only compile here (TORCH_CUDA_ARCH_LIST=9.0)
+and run on a GPU.
 """
 
+import re
 import shutil
 
 import pytest
 import torch
 
-from playground import registry
+from playground import registry, render
 from playground.build import build
 from playground.spec import module as load_spec
 
@@ -19,6 +21,11 @@ NAMES = ("new_h", "new_cell", "d_input", "d_weights", "d_bias", "d_old_h", "d_ol
 # feature counts, and more than 64 rows (the backward kernel's bias sums then meet in atomicAdd).
 SHAPES = [(16, 32, 128), (1, 32, 128), (16, 32, 1), (3, 7, 1025), (5, 1, 31), (65, 33, 33)]
 _built: dict = {}
+
+
+def variant_id(variant: str) -> str:
+    """A test id that is not the bare word "cuda": conftest skips tests with that keyword when there is no GPU."""
+    return f"variant={variant}"
 
 
 def ops(variant: str, family=FAMILY, **params):
@@ -88,32 +95,42 @@ def test_tolerance_is_tight_enough_to_catch_mistakes():
 # ---- cpp: runs here -------------------------------------------------------------------------------------
 
 
+def lltm(variant: str, **params):
+    """The variant as a differentiable function, as kplay runs it."""
+    return SPEC.lltm_function(ops(variant, **params), variant)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_cpp_matches_reference(shape, dtype):
-    assert_matches(SPEC.lltm_function(ops("cpp"), "cpp"), inputs(shape, dtype, "cpu"), dtype)
+    assert_matches(lltm("cpp"), inputs(shape, dtype, "cpu"), dtype)
 
 
 def test_cpp_non_contiguous_inputs():
     xs = strided(inputs((6, 5, 7), torch.float64, "cpu"))
-    assert_matches(SPEC.lltm_function(ops("cpp"), "cpp"), xs, torch.float64)
+    assert_matches(lltm("cpp"), xs, torch.float64)
 
 
 def test_cpp_gradcheck_float64():
-    assert SPEC.gradcheck(SPEC.lltm_function(ops("cpp"), "cpp"), "cpu")
+    assert SPEC.gradcheck(lltm("cpp"), "cpu")
 
 
 def test_cpp_opcheck():
-    """Schema, autograd registration, fake tensors and AOT dispatch of the three ops."""
-    check_ops(ops("cpp"), "cpu")
+    """Schemas, the autograd registered from Python, fake tensors and AOT dispatch of both ops."""
+    check_ops("cpp", "cpu")
 
 
-def check_ops(lib, device):
-    SPEC.register_fakes(lib)
+def check_ops(variant, device):
+    """opcheck of lltm_forward (on leaves that require grad: its autograd, wherever registered) and
+    lltm_backward, and of cuda-fast's lltm."""
+    lib = ops(variant)
+    SPEC.lltm_function(lib, variant)  # the fakes; for cpp and cuda, the autograd too
     input, weights, bias, old_h, old_cell, grad_h, grad_cell = inputs((4, 5, 6), torch.float64, device)
     leaves = [x.clone().requires_grad_() for x in (input, weights, bias, old_h, old_cell)]
-    torch.library.opcheck(lib.lltm.default, leaves)
-    torch.library.opcheck(lib.lltm_forward.default, (input, weights, bias, old_h, old_cell))
+    if variant == "cuda-fast":  # its autograd is lltm's, in C++: lltm_forward has none
+        torch.library.opcheck(lib.lltm.default, leaves)
+        leaves = [x.detach() for x in leaves]
+    torch.library.opcheck(lib.lltm_forward.default, leaves)
     _, new_cell, gates, X = lib.lltm_forward(input, weights, bias, old_h, old_cell)
     torch.library.opcheck(lib.lltm_backward.default, (grad_h, grad_cell, new_cell, gates, X, weights))
 
@@ -122,7 +139,7 @@ def test_cpp_module_trains_like_the_reference():
     """The nn.Module wrapper: same outputs and parameter gradients as the Python module with equal weights."""
     torch.manual_seed(0)
     ref = SPEC.LLTM(7, 9).double()
-    mine = SPEC.LLTM(7, 9, function=SPEC.lltm_function(ops("cpp"), "cpp")).double()
+    mine = SPEC.LLTM(7, 9, function=lltm("cpp")).double()
     mine.load_state_dict(ref.state_dict())
     x, h, c = (torch.randn(4, n, dtype=torch.float64) for n in (7, 9, 9))
     for module in (ref, mine):
@@ -138,30 +155,48 @@ def grads_of_one_output(fn, xs, which):
     return torch.autograd.grad(fn(*leaves)[which].sum(), leaves)
 
 
-def test_cpp_one_output_used():
-    """Only new_h reaches the loss: new_cell's gradient is undefined and the backward takes it as zero."""
-    xs = inputs((3, 4, 5), torch.float64, "cpu")
-    got = grads_of_one_output(SPEC.lltm_function(ops("cpp"), "cpp"), xs, 0)
-    for g, w in zip(got, grads_of_one_output(SPEC.lltm_reference, xs, 0)):
+def assert_one_output_used(fn, device, which):
+    """Only one output reaches the loss: the other's gradient is undefined and the backward takes it as zero."""
+    xs = inputs((3, 4, 5), torch.float64, device)
+    for g, w in zip(grads_of_one_output(fn, xs, which), grads_of_one_output(SPEC.lltm_reference, xs, which)):
         torch.testing.assert_close(g, w)
 
 
-def test_cpp_inference_mode():
+def test_cpp_one_output_used():
+    assert_one_output_used(lltm("cpp"), "cpu", 0)
+
+
+def assert_inference_mode(fn, device):
     """Below autograd the op is just the forward."""
-    xs = inputs((3, 4, 5), torch.float64, "cpu")[:5]
+    xs = inputs((3, 4, 5), torch.float64, device)[:5]
     with torch.inference_mode():
-        new_h, new_cell = ops("cpp").lltm(*xs)
+        new_h, new_cell = fn(*xs)
     ref_h, ref_cell = SPEC.lltm_reference(*xs)
     torch.testing.assert_close(new_h, ref_h)
     torch.testing.assert_close(new_cell, ref_cell)
 
 
+def test_cpp_inference_mode():
+    assert_inference_mode(lltm("cpp"), "cpu")
+
+
 def test_cpp_rejects_bad_shapes():
     input, weights, bias, old_h, old_cell, *_ = inputs((3, 4, 5), torch.float32, "cpu")
     with pytest.raises(RuntimeError, match="weights must be"):
-        ops("cpp").lltm(input, weights[:, 1:], bias, old_h, old_cell)
+        ops("cpp").lltm_forward(input, weights[:, 1:], bias, old_h, old_cell)
     with pytest.raises(RuntimeError, match="dtype"):
-        ops("cpp").lltm(input, weights.double(), bias, old_h, old_cell)
+        ops("cpp").lltm_forward(input, weights.double(), bias, old_h, old_cell)
+
+
+@pytest.mark.parametrize("variant", ["cpp", "cuda"], ids=variant_id)
+def test_tutorial_variants_build_without_autograd_headers(variant):
+    """Issue 12: cpp and cuda register autograd from Python, so their C++ includes neither torch/extension.h
+    nor torch/csrc/autograd (about 10 s of a cold build); cuda-fast, whose speed rests on C++ autograd, does."""
+    def heavy(v):
+        text = "".join(render.sources(FAMILY, FAMILY.variants[v], FAMILY.parse_params([])).values())
+        return re.findall(r"#include <(torch/extension\.h|torch/csrc/autograd/[^>]*)>", text)
+    assert heavy(variant) == []
+    assert heavy("cuda-fast") == ["torch/csrc/autograd/custom_function.h"]
 
 
 @pytest.fixture
@@ -189,48 +224,62 @@ def test_checker_catches_a_wrong_backward(wrong_elu_derivative):
     assert not SPEC.gradcheck(SPEC.lltm_function(lib, "cpp"), "cpu")
 
 
-# ---- cuda: compiles here, runs on a GPU -----------------------------------------------------------------
+# ---- cuda and cuda-fast: compile here, run on a GPU -----------------------------------------------------
+
+CUDA_VARIANTS = ["cuda", "cuda-fast"]
 
 
-def test_cuda_sources_compile():
-    """nvcc and the C++ compiler accept lltm.cu and lltm.cpp with -DLLTM_CUDA; the ops register."""
-    lib = ops("cuda")
-    assert lib.lltm._schemas and lib.lltm_forward._schemas and lib.lltm_backward._schemas
+@pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=variant_id)
+def test_cuda_sources_compile(variant):
+    """nvcc and the C++ compiler accept the variant's .cu and .cpp (cuda-fast: with lt_matmul.h and
+    cuBLASLt); the library loads and its ops register."""
+    lib = ops(variant)
+    assert lib.lltm_forward._schemas and lib.lltm_backward._schemas
+    if variant == "cuda-fast":
+        assert lib.lltm._schemas
 
 
-def test_cuda_two_streams_compiles():
-    assert ops("cuda", streams=2).lltm._schemas
+def test_cuda_fast_two_streams_compiles():
+    assert ops("cuda-fast", streams=2).lltm._schemas
 
 
-CUDA_BUILDS = [{}, {"streams": 2}, {"threads": 1024}, {"fwd_split": 2, "bwd_split": 2}]  # odd k: no split
+# (variant, params): each variant's default, the tutorial's 1024 threads, and cuda-fast's other paths.
+CUDA_BUILDS = [("cuda", {}), ("cuda", {"threads": 1024}), ("cuda-fast", {}), ("cuda-fast", {"streams": 2}),
+               ("cuda-fast", {"threads": 1024}), ("cuda-fast", {"fwd_split": 2, "bwd_split": 2})]  # odd k: no split
+
+
+def build_id(build):
+    variant, params = build
+    return ",".join([variant, *(f"{k}={v}" for k, v in params.items())])
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("params", CUDA_BUILDS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "default")
+@pytest.mark.parametrize("build", CUDA_BUILDS, ids=build_id)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("shape", [*SHAPES, (1024, 512, 1024), (70000, 2, 1)], ids=str)
-def test_cuda_matches_reference(shape, dtype, params):
-    assert_matches(SPEC.lltm_function(ops("cuda", **params), "cuda"), inputs(shape, dtype, "cuda"), dtype)
+def test_cuda_matches_reference(shape, dtype, build):
+    variant, params = build
+    assert_matches(lltm(variant, **params), inputs(shape, dtype, "cuda"), dtype)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("shape", [(6, 5, 7), (6, 5, 8)], ids=str)  # state 8: the 16-byte path, strided old_cell
-@pytest.mark.parametrize("variant", ["cpp", "cuda"])
+@pytest.mark.parametrize("variant", ["cpp", *CUDA_VARIANTS], ids=variant_id)
 def test_cuda_non_contiguous_inputs(variant, shape, dtype):
-    xs = strided(inputs(shape, dtype, "cuda"))
-    assert_matches(SPEC.lltm_function(ops(variant), variant), xs, dtype)
+    assert_matches(lltm(variant), strided(inputs(shape, dtype, "cuda")), dtype)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_cuda_misaligned_inputs(dtype):
+@pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=variant_id)
+def test_cuda_misaligned_inputs(variant, dtype):
     """Contiguous tensors that start one element past 16 bytes, after aligned ones of the same shape: the
     kernels must take their scalar path, and the matmuls must not reuse a plan that assumed alignment."""
     def shifted(x):
         return torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)[1:].view(x.shape).copy_(x)
 
-    fn = SPEC.lltm_function(ops("cuda"), "cuda")
+    fn = lltm(variant)
     aligned = inputs((6, 8, 8), dtype, "cuda")  # rows of X and weights 16 floats: 16-byte loads possible
     assert_matches(fn, aligned, dtype)
     xs = [shifted(x) for x in aligned]
@@ -239,56 +288,69 @@ def test_cuda_misaligned_inputs(dtype):
 
 
 @pytest.mark.cuda
-def test_cuda_float32_matmuls_go_through_cublaslt():
-    """float32: no ATen matmul in the forward or the backward (cuBLASLt plans); float64 is ATen's, which also
-    shows the profiler would see one."""
+def test_cuda_fast_float32_matmuls_go_through_cublaslt():
+    """cuda-fast, float32: no ATen matmul in the forward or the backward (cuBLASLt plans); float64 is ATen's,
+    and so is every matmul of cuda, which also shows the profiler would see one."""
     from torch.profiler import ProfilerActivity, profile
 
-    fn = SPEC.lltm_function(ops("cuda"), "cuda")
-    for dtype in (torch.float32, torch.float64):
+    def aten_matmuls(fn, dtype):
         xs = inputs((16, 32, 128), dtype, "cuda")
         SPEC.forward_backward(fn, *xs)  # plans made, kernels loaded
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             SPEC.forward_backward(fn, *xs)
             torch.cuda.synchronize()
-        aten = {e.name for e in prof.events()} & {"aten::mm", "aten::bmm", "aten::addmm"}
-        assert not aten if dtype == torch.float32 else aten, (dtype, aten)
+        return {e.name for e in prof.events()} & {"aten::mm", "aten::bmm", "aten::addmm"}
+
+    assert not aten_matmuls(lltm("cuda-fast"), torch.float32)
+    assert aten_matmuls(lltm("cuda-fast"), torch.float64)
+    assert aten_matmuls(lltm("cuda"), torch.float32)
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("variant", ["cpp", "cuda"])
+@pytest.mark.parametrize("variant", ["cpp", *CUDA_VARIANTS], ids=variant_id)
 def test_cuda_gradcheck_float64(variant):
-    assert SPEC.gradcheck(SPEC.lltm_function(ops(variant), variant), "cuda")
+    assert SPEC.gradcheck(lltm(variant), "cuda")
 
 
 @pytest.mark.cuda
-def test_cuda_opcheck():
-    check_ops(ops("cuda"), "cuda")
+@pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=variant_id)
+def test_cuda_opcheck(variant):
+    check_ops(variant, "cuda")
 
 
 @pytest.mark.cuda
-def test_cuda_one_output_used():
-    xs = inputs((3, 4, 5), torch.float64, "cuda")
-    got = grads_of_one_output(SPEC.lltm_function(ops("cuda"), "cuda"), xs, 1)
-    for g, w in zip(got, grads_of_one_output(SPEC.lltm_reference, xs, 1)):
-        torch.testing.assert_close(g, w)
+@pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=variant_id)
+def test_cuda_one_output_used(variant):
+    assert_one_output_used(lltm(variant), "cuda", 1)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=variant_id)
+def test_cuda_inference_mode(variant):
+    assert_inference_mode(lltm(variant), "cuda")
+
+
+TUTORIAL_ELU = "return fmaxf(0.0, z) + fminf(0.0, exp(z) - 1.0);"  # extension-cpp's, single precision
+OUR_ELU = "return z > scalar_t(0) ? z : expm1(z);"
 
 
 @pytest.fixture
 def tutorial_elu(tmp_path):
-    """A copy of the family whose CUDA elu is the tutorial's: fmaxf / fminf, single precision."""
+    """A copy of the family whose CUDA elu, in both .cu files, is the tutorial's: fmaxf / fminf."""
     folder = tmp_path / "lltm-tutorial-elu"
     shutil.copytree(FAMILY.path, folder)
-    src = folder / "lltm.cu"
-    text = src.read_text()
-    assert "return z > scalar_t(0) ? z : expm1(z);" in text
-    src.write_text(text.replace("return z > scalar_t(0) ? z : expm1(z);", "return fmaxf(0.0, z) + fminf(0.0, exp(z) - 1.0);"))
+    for name in ("lltm_cuda.cu", "lltm_fast.cu"):
+        src = folder / name
+        text = src.read_text()
+        assert text.count(OUR_ELU) == 1, name
+        src.write_text(text.replace(OUR_ELU, TUTORIAL_ELU))
     return registry.load_family(folder)
 
 
 @pytest.mark.cuda
-def test_tutorial_float64_bug_fails_gradcheck(tutorial_elu):
+@pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=variant_id)
+def test_tutorial_float64_bug_fails_gradcheck(tutorial_elu, variant):
     """extension-cpp#42: the tutorial's elu rounds float64 to float32, and gradcheck catches it."""
-    lib = ops("cuda", family=tutorial_elu)
-    assert not SPEC.gradcheck(SPEC.lltm_function(lib, "cuda"), "cuda")
-    assert SPEC.gradcheck(SPEC.lltm_function(ops("cuda"), "cuda"), "cuda")
+    lib = ops(variant, family=tutorial_elu)
+    assert not SPEC.gradcheck(SPEC.lltm_function(lib, variant), "cuda")
+    assert SPEC.gradcheck(lltm(variant), "cuda")

@@ -211,9 +211,9 @@ def test_a_variant_using_cublaslt_gets_torchs_copy_and_its_headers(kplay, tmp_pa
     inc, so = nvidia_library("cublasLt")
     assert os.path.exists(os.path.join(inc, "cublasLt.h")) and "libcublasLt.so" in so
     assert so in open("/proc/self/maps").read()  # the very file torch loaded
-    assert kplay("eject", "lltm", tmp_path / "mine", "--variant", "cuda").exit_code == 0
-    assert tomllib.loads((tmp_path / "mine" / "task.toml").read_text())["variants"]["cuda"]["libraries"] == ["cublasLt"]
-    assert kplay("export", "lltm", tmp_path / "pkg", "--variant", "cuda").exit_code == 0
+    assert kplay("eject", "lltm", tmp_path / "mine", "--variant", "cuda-fast").exit_code == 0
+    assert tomllib.loads((tmp_path / "mine" / "task.toml").read_text())["variants"]["cuda-fast"]["libraries"] == ["cublasLt"]
+    assert kplay("export", "lltm", tmp_path / "pkg", "--variant", "cuda-fast").exit_code == 0
     setup = (tmp_path / "pkg" / "setup.py").read_text()
     assert f"include_dirs=[str(CSRC), {inc!r}]" in setup and f"extra_link_args=[{so!r}]" in setup
 

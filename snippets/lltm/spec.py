@@ -21,11 +21,48 @@ def lltm_reference(input, weights, bias, old_h, old_cell):
 
 
 def lltm_function(ops, variant):
-    """The variant as a function (input, weights, bias, old_h, old_cell) -> (new_h, new_cell)."""
+    """The variant as a function (input, weights, bias, old_h, old_cell) -> (new_h, new_cell).
+
+    cuda-fast's op `lltm` has its autograd in C++; cpp and cuda have lltm_forward and lltm_backward, and
+    their autograd is registered here (python_autograd), as the tutorial's LLTMFunction did in Python.
+    """
     if variant == "python":
         return lltm_reference
     register_fakes(ops)
-    return ops.lltm.default  # the one overload: no overload resolution per call
+    if variant == "cuda-fast":
+        return ops.lltm.default  # the one overload: no overload resolution per call
+    return python_autograd(ops)
+
+
+_wired: dict[str, object] = {}
+
+
+def python_autograd(ops):
+    """lltm_forward of a build, differentiable through its lltm_backward (torch.library.register_autograd,
+    once per build), as a function returning (new_h, new_cell)."""
+    forward = ops.lltm_forward.default
+    name = forward.name()
+    if name not in _wired:
+        backward_op = ops.lltm_backward.default
+
+        def setup_context(ctx, inputs, output):
+            _, new_cell, gates, X = output
+            ctx.save_for_backward(new_cell, gates, X, inputs[1])
+
+        def backward(ctx, grad_h, grad_cell, *_):  # no gradient flows into gates or X
+            new_cell, gates, X, weights = ctx.saved_tensors
+            zero = new_cell.new_zeros(()).expand_as(new_cell)  # an output the loss did not use
+            grad_h, grad_cell = (zero if g is None else g for g in (grad_h, grad_cell))
+            return backward_op(grad_h, grad_cell, new_cell, gates, X, weights)
+
+        torch.library.register_autograd(name, backward, setup_context=setup_context)
+
+        def lltm(input, weights, bias, old_h, old_cell):
+            new_h, new_cell, _, _ = forward(input, weights, bias, old_h, old_cell)
+            return new_h, new_cell
+
+        _wired[name] = lltm
+    return _wired[name]
 
 
 class LLTM(torch.nn.Module):
@@ -52,7 +89,8 @@ _faked: set[str] = set()
 
 
 def register_fakes(ops):
-    """Shapes of lltm_forward / lltm_backward without running them (torch.compile, opcheck)."""
+    """Shapes of lltm_forward / lltm_backward without running them (torch.compile, opcheck); every build
+    has both ops (cuda-fast's `lltm` calls them, so it needs no fake of its own)."""
     ns = ops.name
     if ns in _faked:
         return

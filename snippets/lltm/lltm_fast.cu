@@ -1,7 +1,10 @@
-// LLTM's pointwise work as one CUDA kernel per direction, as in the tutorial's lltm_cuda_kernel.cu:
-// helpers, the forward kernel, the backward kernel, host launchers. The matmuls stay in lltm.cpp (cuBLAS).
-// This file includes no torch header: the launchers take raw pointers, so nvcc compiles it in about a
-// second (the tutorial's, with torch/extension.h, takes 30 to 90 s).
+// Variant cuda-fast's kernels: lltm_cuda.cu's helpers, forward kernel and backward kernel, made faster, and
+// a copy kernel for X. The matmuls stay in lltm_fast.cpp (cuBLASLt). What changes from lltm_cuda.cu:
+// - the forward kernel adds the matmul's partial products (split-K) and the bias, and moves 16 bytes at a
+//   time (float4 / double2) where the rows are aligned;
+// - the backward kernel also sums d_gates over the batch (the bias gradient) in shared memory;
+// - the kernels read the tensors they do not allocate through their strides (no .contiguous() copies).
+// Like lltm_cuda.cu it includes no torch header: the launchers take raw pointers, so nvcc is fast.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -45,7 +48,7 @@ struct alignas(sizeof(scalar_t) * V) Vec {
 };
 
 // One thread per (batch row n, V state columns from c). The matmul comes in as `parts` partial products (its
-// sum over the columns of X split into parts, lltm.cpp says why), without the bias: both are added here, and
+// sum over the columns of X split into parts, lt_matmul.h says why), without the bias: both are added here, and
 // the activations go out to gates, for the backward. The kernel only moves memory (it reads each partial
 // product once), so it reads and writes V values at a time: fewer, wider memory instructions.
 template <typename scalar_t, int V>
@@ -174,7 +177,7 @@ cudaError_t lltm_forward_launch(const T* products, int64_t parts, const T* bias,
                                 cudaStream_t stream) {
   if (batch == 0 || state == 0) return cudaSuccess;
   constexpr int V = 16 / sizeof(T);  // values per 16 bytes
-  // Vectors need every row to start on 16 bytes: state a multiple of V, and aligned buffers (lltm.cpp
+  // Vectors need every row to start on 16 bytes: state a multiple of V, and aligned buffers (lltm_fast.cpp
   // allocates all but bias, which may be a view).
   if (state % V == 0 && aligned16(products) && aligned16(bias) && aligned16(gates) && aligned16(new_h) && aligned16(new_cell)) {
     const dim3 blocks(unsigned(ceil_div(state / V, kThreads)), grid_rows(batch));
@@ -202,18 +205,13 @@ cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* 
   return cudaGetLastError();
 }
 
-// The two types lltm.cpp calls (it declares the templates; their code is here).
-template cudaError_t lltm_cat_launch<float>(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*,
-                                            int64_t, int64_t, int64_t, cudaStream_t);
-template cudaError_t lltm_cat_launch<double>(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*,
-                                             int64_t, int64_t, int64_t, cudaStream_t);
-template cudaError_t lltm_forward_launch<float>(const float*, int64_t, const float*, const float*, int64_t, int64_t,
-                                                float*, float*, float*, int64_t, int64_t, cudaStream_t);
-template cudaError_t lltm_forward_launch<double>(const double*, int64_t, const double*, const double*, int64_t, int64_t,
-                                                 double*, double*, double*, int64_t, int64_t, cudaStream_t);
-template cudaError_t lltm_backward_launch<float>(float*, float*, float*, const float*, int64_t, int64_t, const float*,
-                                                 int64_t, int64_t, const float*, const float*, int64_t, int64_t,
-                                                 cudaStream_t);
-template cudaError_t lltm_backward_launch<double>(double*, double*, double*, const double*, int64_t, int64_t,
-                                                  const double*, int64_t, int64_t, const double*, const double*, int64_t,
-                                                  int64_t, cudaStream_t);
+// The two types lltm_fast.cpp calls (it declares the templates; their code is here).
+#define LLTM_INSTANTIATE(T)                                                                                          \
+  template cudaError_t lltm_cat_launch<T>(const T*, int64_t, int64_t, const T*, int64_t, int64_t, T*, int64_t,      \
+                                          int64_t, int64_t, cudaStream_t);                                          \
+  template cudaError_t lltm_forward_launch<T>(const T*, int64_t, const T*, const T*, int64_t, int64_t, T*, T*, T*,  \
+                                              int64_t, int64_t, cudaStream_t);                                      \
+  template cudaError_t lltm_backward_launch<T>(T*, T*, T*, const T*, int64_t, int64_t, const T*, int64_t, int64_t,  \
+                                               const T*, const T*, int64_t, int64_t, cudaStream_t);
+LLTM_INSTANTIATE(float)
+LLTM_INSTANTIATE(double)
