@@ -19,7 +19,7 @@ def test_lltm_reports_forward_and_backward_against_two_baselines(kplay):
 
 
 def test_no_compile_skips_that_baseline(kplay):
-    result = kplay("run", "lltm", "--device", "cpu", "--variant", "python", "--no-compile", "--json")
+    result = kplay("run", "lltm", "--device", "cpu", "--variant", "cpp", "--no-compile", "--json")
     assert result.exit_code == 0 and list(json.loads(result.stdout)["baselines"]) == ["eager"]
 
 
