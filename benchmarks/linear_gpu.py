@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import playground  # noqa: E402
-from playground import registry, runner  # noqa: E402
+from playground import registry, runner, spec as specs  # noqa: E402
 
 # cuda-tiled's default tiles, then other shapes worth knowing about (all spill-free per ptxas -v).
 TILES = [
@@ -91,7 +91,7 @@ def main() -> int:
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
 
-    spec = runner.load_spec(registry.find("linear"))  # also turns TF32 off for cuBLAS
+    spec = specs.module(registry.find("linear"))  # also turns TF32 off for cuBLAS
     torch.backends.cuda.matmul.allow_tf32 = False
     s = args.size
     sizes = {"batch": s, "in": s, "out": s}

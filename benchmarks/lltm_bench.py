@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 from playground import registry  # noqa: E402
 from playground.build import build  # noqa: E402
-from playground.runner import load_spec  # noqa: E402
+from playground.spec import module as load_spec  # noqa: E402
 
 FAMILY = registry.find("lltm")
 SPEC = load_spec(FAMILY)
@@ -183,7 +183,7 @@ def run_size(size, fns, device, budget_s) -> dict:
         rows[name] = check(fn, inputs)
         if name != "compile":
             rows[name]["gradcheck"] = SPEC.gradcheck(fn, device)
-    pairs = {(name, step): pair for name, fn in fns.items() for step, pair in SPEC.steps(fn, inputs).items()}
+    pairs = {(name, step): pair for name, fn in fns.items() for step, pair in SPEC.timings(fn, inputs).items()}
     for warm in (True, False):
         got = time_all(pairs, device == "cuda", budget_s, warm=warm)
         for (name, step), samples in got.items():

@@ -80,7 +80,7 @@ def profile(fns, inputs, n=20):
     out = {}
     sync = torch.cuda.synchronize if DEVICE == "cuda" else (lambda: None)
     for name, fn in fns.items():
-        prepare, run = lb.SPEC.steps(fn, inputs)["forward"]
+        prepare, run = lb.SPEC.timings(fn, inputs)["forward"]
         for _ in range(3):
             run(*prepare())
         sync()
@@ -133,7 +133,7 @@ def main():
                 rows[name]["gradcheck"] = bool(lb.SPEC.gradcheck(fn, DEVICE))
         pairs = {}
         for name, fn in fns.items():
-            for step, pair in lb.SPEC.steps(fn, inputs).items():
+            for step, pair in lb.SPEC.timings(fn, inputs).items():
                 pairs[(name, step)] = pair
         got = lb.time_all(pairs, DEVICE == "cuda", args.budget * (2 if size[0] > 100 else 1))
         for (name, step), samples in got.items():

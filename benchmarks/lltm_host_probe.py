@@ -52,7 +52,7 @@ def profiled(fns, inputs, out_dir, n=25, warm=False):
     and one call's timeline (CPU ops and kernels, µs from the call's start) written to out_dir."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    runs = {(name, step): pair for name, fn in fns.items() for step, pair in lb.SPEC.steps(fn, inputs).items()}
+    runs = {(name, step): pair for name, fn in fns.items() for step, pair in lb.SPEC.timings(fn, inputs).items()}
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(n):
             for (name, step), (prepare, run) in runs.items():
@@ -168,7 +168,7 @@ def main():
                                  "one tiny launch": wall_us(lambda: small.add_(1))}}
     for name, fn in fns.items():
         report.setdefault("check", {})[name] = lb.check(fn, inputs)
-    pairs = {(name, step): pair for name, fn in fns.items() for step, pair in lb.SPEC.steps(fn, inputs).items()}
+    pairs = {(name, step): pair for name, fn in fns.items() for step, pair in lb.SPEC.timings(fn, inputs).items()}
     got = lb.time_all(pairs, True, 3.0, warm=False)
     report["bench_us"] = {f"{n} {s}": lb.median_us(v) for (n, s), v in got.items()}
     plain = [x.detach().clone() for x in inputs[:5]]

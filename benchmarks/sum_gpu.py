@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from playground import registry  # noqa: E402
 from playground.build import build  # noqa: E402
 from playground.toolchain import setup_env  # noqa: E402
-from playground.runner import load_spec  # noqa: E402
+from playground.spec import module as load_spec  # noqa: E402
 from playground.timing import bench  # noqa: E402
 
 TARGETS = {10**7: ("time", 1.1), 10**8: ("throughput", 1.0), 10**9: ("throughput", 1.0)}  # issue 3, fast vs torch.sum
