@@ -139,7 +139,8 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
 
     fam = registry.find(name, path)
     params = fam.parse_params(param or [])
-    out.print(Panel(Markdown(fam.note.strip() or fam.summary), title=f"{fam.name}: {fam.summary}", title_align="left"))
+    out.print(f"[b]{fam.name}[/b]: {escape(fam.summary)}")  # a panel's title would be cut at the border
+    out.print(Panel(Markdown(fam.note.strip() or fam.summary)))
     out.print(sizes_table(fam))
     for v in fam.pick_variants("cuda" if device == Device.auto else device.value, variant):
         out.print(f"[b]{v.name}[/b] ({v.device}): {v.note}")

@@ -193,7 +193,7 @@ def _printed(v: dict) -> list:
 def family_table(families: list[dict]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for col in ("kernel", "summary", "variants", "devices"):
-        table.add_column(col, ratio=2 if col == "summary" else None, no_wrap=col == "kernel")
+        table.add_column(col, ratio={"summary": 3, "variants": 2}.get(col), no_wrap=col in ("kernel", "devices"))
     for f in families:
         table.add_row(f["name"], f["summary"], ", ".join(f["variants"]), ", ".join(f["devices"]))
     return table

@@ -136,19 +136,31 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
 
 
 def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> tuple[Check, str]:
-    """The check at every test size, then at the requested one (whose inputs are `main`)."""
-    cases = [] if "values" in req.sizes else [{**req.sizes, **t} for t in fam.test_sizes]
+    """The check at every case (_cases), on poisoned memory, in order."""
     checks, stdout = [], ""
-    for sizes in [*cases, req.sizes]:
-        label = " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
+    for label, make in _cases(spec, fam, req, main, dtype, device):
         on_event(events.CHECK, variant=variant, case=label)
-        inputs = main if sizes is req.sizes else _inputs(spec, sizes, dtype, device, req.seed)
         try:
-            check, stdout = _check(spec, ops, variant, inputs, dtype, label)
+            check, stdout = _check(spec, ops, variant, make(), dtype, label)
         except KernelCrash as e:
             raise KernelCrash(_in_sources(str(e), fam, fam.variants[variant])) from None
         checks.append(check)
     return merge(checks), stdout
+
+
+def _cases(spec, fam, req, main, dtype, device):
+    """(label, inputs maker): each test size, the requested size (inputs `main`), and its probe if the spec has one."""
+    import torch
+
+    def label(sizes: dict) -> str:
+        return " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
+
+    for test in ([] if "values" in req.sizes else fam.test_sizes):
+        sizes = {**req.sizes, **test}
+        yield label(sizes), lambda sizes=sizes: _inputs(spec, sizes, dtype, device, req.seed)
+    yield label(req.sizes), lambda: main
+    if spec.probe and "values" not in req.sizes:  # the same size, changed where each element's position matters
+        yield label(req.sizes) + " probed", lambda: spec.probe(main, dtype, torch.Generator().manual_seed(req.seed + 1))
 
 
 def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:

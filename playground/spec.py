@@ -27,6 +27,7 @@ HOOKS = {
     "output_like": (False, ("...",), "the outputs' shapes, for poisoning"),
     "from_stdout": (False, ("text", "..."), "the output, from what the kernel printed"),
     "extra": (False, ("ops", "variant", "inputs"), "more verdicts, e.g. gradcheck"),
+    "probe": (False, ("inputs", "dtype", "gen"), "the main inputs, changed where position matters"),
 }
 CONSTANTS = ("BASELINE", "BASELINES", "OUTPUTS", "WALL_CLOCK")
 
@@ -48,6 +49,7 @@ class Spec:
     output_like: Callable | None
     from_stdout: Callable | None
     extra: Callable
+    probe: Callable | None  # also checked at the requested size: catches a kernel that skips part of its input
     outputs: tuple[str, ...]  # names of the outputs, for the mismatch report
     wall_clock: bool  # tiny ops: on a GPU, also time each call on a synchronized wall clock
 
@@ -104,6 +106,7 @@ def from_module(family: str, module) -> Spec:
         timings=hooks.get("timings", one_step), baselines=_baselines(family, module, hooks),
         traffic=hooks.get("traffic"), flops=hooks.get("flops"), output_like=hooks.get("output_like"),
         from_stdout=hooks.get("from_stdout"), extra=hooks.get("extra", lambda ops, variant, inputs: {}),
+        probe=hooks.get("probe"),
         outputs=tuple(getattr(module, "OUTPUTS", ())), wall_clock=bool(getattr(module, "WALL_CLOCK", False)),
     )
 

@@ -63,7 +63,7 @@ def wrong_kernel(tmp_path):
         for extra in folder.glob("*"):
             if extra.suffix in (".cpp", ".cu") and extra != target:
                 extra.unlink()
-        shutil.copy(WRONG / source, target)
+        shutil.copy(WRONG / family / source if (WRONG / family / source).exists() else WRONG / source, target)
         text = (folder / "task.toml").read_text()
         (folder / "task.toml").write_text(text.split("\n[variants.")[0] + f'\n[variants.cpp]\ndevice = "cpu"\nsources = ["{target.name}"]\n')
         return folder

@@ -1,0 +1,33 @@
+"""Every report reads at 80 columns: no line longer than the terminal, nothing cut with '…'."""
+
+import pytest
+from typer.testing import CliRunner
+
+COMMANDS = [
+    ["list"],
+    ["show", "sum"],
+    ["show", "lltm", "--device", "cpu"],
+    ["run", "sum", "--n", "1e5", "--device", "cpu"],
+    ["run", "print_array", "--values", "4,3,2,1", "--device", "cpu"],
+    ["run", "linear", "--device", "cpu", "--batch", "64", "--in", "64", "--out", "64"],
+    ["run", "lltm", "--device", "cpu", "--skip-baseline", "torch.compile"],
+    ["run", "lltm", "--help"],
+    ["bench", "sum", "--device", "cpu", "--sizes", "1e3,1e4"],
+    ["doctor"],
+    ["run", "summ"],
+    ["run", "sum", "--devic", "cpu"],
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_every_report_fits_80_columns(args):
+    from cli import app
+
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
+    assert result.exit_code in (0, 2), result.output
+    lines = result.output.splitlines()
+    assert lines and max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    assert "…" not in result.output
+    if args[0] == "show":  # a title is never cut, as a panel's border would cut it
+        assert "reduction ladder on the GPU" in " ".join(result.output.split()) or args[1] != "sum"

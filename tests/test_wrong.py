@@ -1,0 +1,75 @@
+"""From the registry: every variant that can run here passes, and every known-wrong kernel fails as it says.
+
+A family's known-wrong kernels are listed in tests/wrong/<family>/wrong.toml (a file replacing, or a patch
+of, the source of its `variant`, default cpp); a family added later gets the first half by existing.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import WRONG
+from playground import registry
+from playground.registry import tomllib
+
+FAMILIES = registry.families()
+
+
+def _runnable():
+    for fam in FAMILIES.values():
+        for v in fam.variants.values():
+            marks = [pytest.mark.cuda] if v.device == "cuda" else []
+            yield pytest.param(fam.name, v.name, "cuda" if v.device == "cuda" else "cpu", marks=marks, id=f"{fam.name}/{v.name}")
+
+
+def _known_wrong():
+    for fam in FAMILIES.values():
+        manifest = WRONG / fam.name / "wrong.toml"
+        for entry in tomllib.loads(manifest.read_text())["wrong"] if manifest.exists() else []:
+            marks = [pytest.mark.cuda] if entry.get("mode") == "cuda" else []
+            marks += [pytest.mark.slow] if entry["exit"] != 1 or "1e8" in entry.get("args", []) else []
+            name = entry.get("name") or Path(entry["file"]).stem
+            yield pytest.param(fam.name, entry, marks=marks, id=f"{fam.name}/{name}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, variant, device", list(_runnable()))
+def test_every_variant_passes(kplay, family, variant, device):
+    result = kplay("run", family, "--variant", variant, "--device", device, "--no-bench")
+    assert result.exit_code == 0, result.output
+
+
+def wrong_folder(tmp_path: Path, family: str, entry: dict) -> Path:
+    """A copy of the family with one variant, whose first source is the known-wrong one."""
+    fam = FAMILIES[family]
+    variant = fam.variants[entry.get("variant", "cpp")]
+    folder = tmp_path / family
+    shutil.copytree(fam.path, folder)
+    source = folder / variant.sources[0]
+    if "file" in entry:
+        shutil.copy(WRONG / family / entry["file"], source)
+    else:
+        old, new = entry["patch"]
+        text = source.read_text()
+        assert old in text, f"the patch no longer applies to {source.name}: {old!r}"
+        source.write_text(text.replace(old, new))
+    toml = (folder / "task.toml").read_text().split("\n[variants.")[0]
+    sources = ", ".join(f'"{s}"' for s in variant.sources)
+    includes = ", ".join(f'"{s}"' for s in variant.includes)
+    flags = ", ".join(f'"{s}"' for s in variant.cflags)
+    (folder / "task.toml").write_text(toml + f'\n[variants.{variant.name}]\ndevice = "{variant.device}"\n'
+                                      f"sources = [{sources}]\nincludes = [{includes}]\ncflags = [{flags}]\n")
+    return folder
+
+
+@pytest.mark.parametrize("family, entry", list(_known_wrong()))
+def test_known_wrong_kernels_fail_as_they_say(kplay, tmp_path, family, entry):
+    if entry.get("mode", "run") not in ("run", "cuda"):
+        pytest.skip(f"mode {entry['mode']}: not on this machine")
+    device = "cuda" if entry.get("mode") == "cuda" else "cpu"
+    result = kplay("run", wrong_folder(tmp_path, family, entry), "--device", device, "--no-bench",
+                   *entry.get("args", []))
+    assert result.exit_code == entry["exit"], result.output
+    assert entry["says"] in result.output
+    assert "Traceback" not in result.output
