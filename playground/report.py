@@ -177,8 +177,10 @@ def _notes(r: dict) -> list:
 
 def _short_cases(cases: list[str]) -> list[str]:
     """Each test size as what differs from the requested (last) one: 'batch=1' for 'batch=1 features=32 ...'."""
-    main = set(cases[-1].split())
-    return [" ".join(p for p in c.split() if p not in main) or c for c in cases[:-1]] + [f"and {cases[-1]}"]
+    main = cases[-1].removesuffix(" probed")
+    same = set(main.split())
+    shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if c.removesuffix(" probed") != main]
+    return shown + [f"and {main}" + (" (also probed)" if cases[-1].endswith(" probed") else "")]
 
 
 def _printed(v: dict) -> list:
