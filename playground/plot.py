@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 from .errors import UsageError
 from .report import axis, baseline_names, metric, series
 
-INSTALL = "--plot needs matplotlib: pip install 'kplay[plot]'"
+# The interpreter kplay runs under: right with the venv activated or not ('kplay[plot]' would ask the index).
+INSTALL = f"--plot needs matplotlib: {sys.executable} -m pip install matplotlib"
 
 
 def require() -> None:

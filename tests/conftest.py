@@ -18,10 +18,13 @@ def gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if not gpu():
-        skip = pytest.mark.skip(reason="needs an NVIDIA GPU")
-        for item in items:
-            if "cuda" in item.keywords:
+    from playground.toolchain import cuda_home
+
+    skips = {"cuda": not gpu() and pytest.mark.skip(reason="needs an NVIDIA GPU"),
+             "nvcc": cuda_home() is None and pytest.mark.skip(reason="needs nvcc, the CUDA toolkit")}
+    for item in items:
+        for marker, skip in skips.items():
+            if skip and marker in item.keywords:
                 item.add_marker(skip)
 
 

@@ -193,7 +193,7 @@ def test_a_failed_check_gives_exit_1(swept, monkeypatch):
 def test_plot_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
     result = invoke("sum", "--device", "cpu", "--sizes", "1e3", "--plot", tmp_path / "x.png")
-    assert result.exit_code == 2 and "error: --plot needs matplotlib: pip install 'kplay" in result.stderr
+    assert result.exit_code == 2 and f"error: --plot needs matplotlib: {sys.executable} -m pip install matplotlib" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.png").exists()
-    with pytest.raises(UsageError, match=re.escape("--plot needs matplotlib: pip install 'kplay[plot]'")):
+    with pytest.raises(UsageError, match=re.escape(f"{sys.executable} -m pip install matplotlib")):
         plot.require()

@@ -21,6 +21,7 @@ def ops():
     return _built["cuda"]
 
 
+@pytest.mark.nvcc
 def test_compiles_and_registers_print_array():
     assert ops().print_array._schemas  # raises if the op was not registered
 

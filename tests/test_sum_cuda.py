@@ -33,6 +33,7 @@ def test_every_cuda_variant_is_listed():
     assert all("sum_cuda.cpp" in FAMILY.variants[v].sources for v in VARIANTS)
 
 
+@pytest.mark.nvcc
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_compiles_and_registers_sum(variant):
     """nvcc and the C++ compiler accept the variant, and its library registers the op (no GPU needed)."""

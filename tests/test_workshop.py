@@ -174,6 +174,7 @@ def test_export_builds_a_package_that_imports_and_passes_its_test(kplay, tmp_pat
     assert tested.returncode == 0, tested.stdout
 
 
+@pytest.mark.nvcc
 def test_a_faulting_cuda_kernel_compiles_here():
     from playground import registry
     from playground.build import build
@@ -332,6 +333,7 @@ def test_an_ejected_cuda_rung_passes_from_its_folder(kplay, tmp_path):
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.nvcc
 def test_an_ejected_cuda_rung_compiles_from_its_folder_and_a_header_error_points_at_it(kplay, tmp_path):
     """ladder.cuh travels with the rung; nvcc's `file(line): error` in it names the header and its line."""
     from playground import registry
