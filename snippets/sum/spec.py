@@ -15,7 +15,7 @@ def reference(x):
 
 
 def tolerance(x, dtype):
-    # A tree of depth log2(n) rounds each element at most that many times (DESIGN: never relative to
+    # A tree of depth log2(n) rounds each element at most that many times (never relative to
     # |sum|, which cancels on zero-mean data). Sum|x| is computed in float64.
     eps = torch.finfo(dtype).eps
     depth = math.ceil(math.log2(x.numel())) + 1 if x.numel() > 1 else 1
