@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 MAX_STDOUT_LINES = 20
+CALL_PATH_S = 10e-6  # below this, the call path (Python, dispatcher, allocation) is most of a call's time
 BLOCKS = "▁▂▃▄▅▆▇█"
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta")
 
@@ -168,6 +169,9 @@ def _notes(r: dict) -> list:
         out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{peak}",
                         style="dim"))
         out.append(Text("±: half the interquartile range, as a share of the median", style="dim"))
+        if stats["median_s"] < CALL_PATH_S:
+            out.append(Text(f"at under {seconds(CALL_PATH_S)} a call's time is mostly its path from Python through "
+                            "the dispatcher, not the kernel's work", style="dim"))
     for v in r["variants"]:
         out += _printed(v)
         out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]
