@@ -1,13 +1,15 @@
-"""Where the LLTM cuda forward's time goes, and an old and a new build side by side, in one GPU call.
+"""Where the LLTM cuda-fast forward's time goes, and an old and a new build side by side, in one GPU call.
 
     python3 benchmarks/lltm_fwd_probe.py --old /path/to/old/lltm --out $OUT [--wait PID]
 
 --old is a copy of the lltm family folder before a change (task.toml and sources), e.g. from
-`git worktree add /tmp/old <commit>`: --old /tmp/old/snippets/lltm; the new builds are the ones in snippets/. For each size: check (seven outputs against float64, gradcheck in float64), then time
-eager, old cuda and new cuda builds, forward and backward, with CUDA events and the synchronized wall clock
-(lltm_bench's loop), then the matmuls alone in several layouts and split-K, then one profile of a few
-forwards per contender (GPU time per kernel, and the GPU-busy time against the events). --wait PID waits for
-that process (a test run sharing the GPU) to end before timing anything.
+`git worktree add /tmp/old <commit>`: --old /tmp/old/snippets/lltm (a copy from before the split has the
+fast op as its variant cuda); the new builds are the ones in snippets/. For each size: check (seven outputs
+against float64, gradcheck in float64), then time eager, the old and the new cuda-fast builds, forward and
+backward, with CUDA events and the synchronized wall clock (lltm_bench.time_all: playground.timing.bench),
+then the matmuls alone in several layouts and split-K, then one profile of a few forwards per contender (GPU
+time per kernel, and the GPU-busy time against the events). --wait PID waits for that process (a test run
+sharing the GPU) to end before timing anything.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,13 +35,10 @@ DEVICE = "cuda"  # --dry-cpu: the cpp variants on the CPU, to try this script wi
 
 
 def built(family, params):
-    variant = "cuda" if DEVICE == "cuda" else "cpp"
+    """The family's fast op (cuda-fast; cuda in a copy from before the split), or cpp in the CPU dry run."""
+    variant = (lb.FAST if lb.FAST in family.variants else "cuda") if DEVICE == "cuda" else "cpp"
     ops, _ = build(family, family.variants[variant], family.parse_params([f"{k}={v}" for k, v in params.items()]))
-    return lb.SPEC.lltm_function(ops, variant)
-
-
-def median_us(samples):
-    return {clock: round(statistics.median(v) * 1e6, 1) for clock, v in samples.items() if v}
+    return lb.SPEC.lltm_function(ops, lb.FAST if DEVICE == "cuda" else "cpp")
 
 
 def matmuls(size, budget_s):
@@ -69,8 +67,8 @@ def matmuls(size, budget_s):
         if G % p == 0:
             pairs[f"bwd d_X split-K {p} + sum"] = lambda p=p: split(d_gates, weights, p).sum(0)
     pairs["bwd d_W = dG^T@X (mm)"] = lambda: d_gates.t() @ X
-    got = lb.time_all({k: (tuple, f) for k, f in pairs.items()}, DEVICE == "cuda", budget_s)
-    return {k: median_us(v).get("events", median_us(v)["wall"]) for k, v in got.items()}
+    got = lb.time_all({k: (tuple, f) for k, f in pairs.items()}, DEVICE, budget_s)
+    return {k: v.get("events", v["wall"]) for k, v in got.items()}
 
 
 def profile(fns, inputs, n=20):
@@ -114,9 +112,9 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    fns = {"python": lb.SPEC.lltm_reference, "old cuda": built(registry.load_family(args.old.resolve()), {})}
+    fns = {"python": lb.SPEC.lltm_reference, "old": built(registry.load_family(args.old.resolve()), {})}
     for params in NEW_PARAMS:
-        fns["new cuda" + "".join(f" {k}={v}" for k, v in params.items())] = built(lb.FAMILY, params)
+        fns["new" + "".join(f" {k}={v}" for k, v in params.items())] = built(lb.FAMILY, params)
     print(f"builds: {time.time() - t0:.0f} s", flush=True)
     if args.wait:
         while os.path.exists(f"/proc/{args.wait}"):
@@ -135,9 +133,9 @@ def main():
         for name, fn in fns.items():
             for step, pair in lb.SPEC.timings(fn, inputs).items():
                 pairs[(name, step)] = pair
-        got = lb.time_all(pairs, DEVICE == "cuda", args.budget * (2 if size[0] > 100 else 1))
-        for (name, step), samples in got.items():
-            rows[name][step] = median_us(samples)
+        got = lb.time_all(pairs, DEVICE, args.budget * (2 if size[0] > 100 else 1))
+        for (name, step), medians in got.items():
+            rows[name][step] = medians
         entry = {"size": size, "rows": rows, "matmuls_us": matmuls(size, args.budget / 2)}
         if size[0] > 100:
             try:
@@ -151,7 +149,7 @@ def main():
 
 
 def summary(report):
-    lines = [f"# LLTM cuda forward probe, {report['gpu']}, torch {report['torch']}\n"]
+    lines = [f"# LLTM cuda-fast forward probe, {report['gpu']}, torch {report['torch']}\n"]
     for entry in report["sizes"]:
         rows, b = entry["rows"], entry["rows"]["python"]
         lines.append(f"\n## (batch, features, state) = {tuple(entry['size'])}\n")

@@ -1,15 +1,16 @@
-"""Where the LLTM cuda forward's synchronized wall clock goes at (1024, 512, 1024), in one GPU call.
+"""Where the LLTM cuda-fast forward's synchronized wall clock goes at (1024, 512, 1024), in one GPU call.
 
     python3 benchmarks/lltm_host_probe.py --out $OUT [--family DIR ...] [--matmuls]
 
-For eager and each cuda build (the one in snippets/, and any --family folder: a changed copy of
-snippets/lltm, to compare in the same run): forward and backward on the wall clock and in events, in the
-cold loop (lltm_bench.time_all, warm=False) and a warm one (an untimed step of the same contender first), and
-forward without autograd; then one profiled warm loop (torch.profiler, CPU and GPU on one timeline), cut per
-call into host time to the first and to the biggest kernel, GPU busy, GPU idle between kernels, and the tail
-to the synchronize's return, with one call's timeline written to --out. Floors beside them: a bare
-synchronize, one tiny launch and its synchronize. --matmuls adds a cold profile and the matmuls alone in
-several forms (GPU time: cuBLAS, cuBLASLt, split-K parts, transposed).
+For eager and each cuda-fast build (the one in snippets/, and any --family folder: a changed copy of
+snippets/lltm, to compare in the same run; a copy from before the split has the fast op as its variant
+cuda): forward and backward in the cold loop (lltm_bench.time_all, warm=False: wall clock) and the warm one
+(an untimed step of the same contender first: wall clock and events), and forward without autograd; then one
+profiled warm loop (torch.profiler, CPU and GPU on one timeline), cut per call into host time to the first
+and to the biggest kernel, GPU busy, GPU idle between kernels, and the tail to the synchronize's return, with
+one call's timeline written to --out. Floors beside them: a bare synchronize, one tiny launch and its
+synchronize. --matmuls adds a cold profile and the matmuls alone in several forms (GPU time: cuBLAS,
+cuBLASLt, split-K parts, transposed). All timing is playground.timing.bench.
 """
 
 from __future__ import annotations
@@ -28,22 +29,14 @@ import torch  # noqa: E402
 import lltm_bench as lb  # noqa: E402
 from playground import registry  # noqa: E402
 from playground.build import build  # noqa: E402
+from playground.timing import bench  # noqa: E402
 
 SIZE = (1024, 512, 1024)
 
 
-def wall_us(fn, n=300):
-    """Median synchronized wall clock of fn() in µs."""
-    for _ in range(10):
-        fn()
-    out = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        out.append(time.perf_counter() - t)
-    return round(statistics.median(out) * 1e6, 1)
+def wall_us(fns: dict) -> dict:
+    """Median synchronized wall clock of each fn() in µs, taking turns."""
+    return {k: round(st.median_s * 1e6, 1) for k, st in bench(fns, "cuda", budget_s=0.5, wall=True).items()}
 
 
 def profiled(fns, inputs, out_dir, n=25, warm=False):
@@ -97,20 +90,14 @@ def profiled(fns, inputs, out_dir, n=25, warm=False):
     return out
 
 
-def gpu_us(fn, reps=20, rounds=7):
-    """GPU time per call: reps back-to-back calls between two events (host overhead hidden), median of rounds."""
-    for _ in range(3):
-        fn()
-    got = []
-    for _ in range(rounds):
-        b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        b.record()
-        for _ in range(reps):
-            fn()
-        e.record()
-        e.synchronize()
-        got.append(b.elapsed_time(e) * 1e3 / reps)
-    return round(statistics.median(got), 1)
+REPS = 20
+
+
+def gpu_us(fns: dict) -> dict:
+    """GPU time per call of each fn: REPS back-to-back calls between two events (host overhead hidden), from
+    an idle GPU after an untimed round of the same (bench's warm loop: no L2 flush), median over samples."""
+    batches = {k: (lambda f=f: [f() for _ in range(REPS)]) for k, f in fns.items()}
+    return {k: round(st.median_s * 1e6 / REPS, 1) for k, st in bench(batches, "cuda", budget_s=1.0, warm=True).items()}
 
 
 def matmuls(inputs):
@@ -131,10 +118,10 @@ def matmuls(inputs):
     for p in (2, 4, 6, 8, 12):
         if X.shape[1] % p == 0:
             forward[f"fwd split {p} (bmm)"] = lambda p=p: parts(X, weights.t(), p)
-    out = {"cat": gpu_us(lambda: torch.cat([old_h, input], 1))}
-    for lib in ("cublas", "cublaslt"):
+    out = gpu_us({"cat": lambda: torch.cat([old_h, input], 1)})
+    for lib in ("cublas", "cublaslt"):  # a global setting: one library's contenders at a time
         torch.backends.cuda.preferred_blas_library(lib)
-        out |= {f"{lib}: {k}": gpu_us(f) for k, f in forward.items()}
+        out |= {f"{lib}: {k}": v for k, v in gpu_us(forward).items()}
     torch.backends.cuda.preferred_blas_library("cublas")
     backward = {"d_X mm": lambda: dG @ weights, "d_W mm": lambda: dG.t() @ X,
                 "d_W^T = X^T dG (mm)": lambda: X.t() @ dG, "d_X^T = W^T dG^T (mm)": lambda: weights.t() @ dG.t()}
@@ -142,7 +129,7 @@ def matmuls(inputs):
         backward[f"d_W split {p} bmm only"] = lambda p=p: parts(dG.t(), X, p)
         backward[f"d_W split {p} + sum"] = lambda p=p: parts(dG.t(), X, p).sum(0)
         backward[f"d_X split {p} bmm only"] = lambda p=p: parts(dG, weights, p)
-    return out | {k: gpu_us(f) for k, f in backward.items()}
+    return out | gpu_us(backward)
 
 
 def main():
@@ -156,27 +143,26 @@ def main():
     fns = {"eager": lb.SPEC.lltm_reference}
     for folder in [None, *args.family]:
         fam = lb.FAMILY if folder is None else registry.load_family(folder.resolve())
+        variant = lb.FAST if lb.FAST in fam.variants else "cuda"  # before the split, the fast op was cuda
         t = time.perf_counter()
-        ops, _ = build(fam, fam.variants["cuda"], fam.parse_params([]))
-        name = "cuda" if folder is None else f"cuda {folder.name}"
+        ops, _ = build(fam, fam.variants[variant], fam.parse_params([]))
+        name = lb.FAST if folder is None else f"{lb.FAST} {folder.name}"
         print(f"built {name}: {time.perf_counter() - t:.0f} s", flush=True)
-        fns[name] = lb.SPEC.lltm_function(ops, "cuda")
+        fns[name] = lb.SPEC.lltm_function(ops, lb.FAST)
     inputs = lb.inputs_for(SIZE, "cuda")
     small = torch.zeros(16, device="cuda")
     report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "floors_wall_us": {"synchronize alone": wall_us(lambda: None),
-                                 "one tiny launch": wall_us(lambda: small.add_(1))}}
+              "floors_wall_us": wall_us({"synchronize alone": lambda: None, "one tiny launch": lambda: small.add_(1)})}
     for name, fn in fns.items():
         report.setdefault("check", {})[name] = lb.check(fn, inputs)
     pairs = {(name, step): pair for name, fn in fns.items() for step, pair in lb.SPEC.timings(fn, inputs).items()}
-    got = lb.time_all(pairs, True, 3.0, warm=False)
-    report["bench_us"] = {f"{n} {s}": lb.median_us(v) for (n, s), v in got.items()}
+    got = lb.time_all(pairs, "cuda", 3.0, warm=False)
+    report["bench_us"] = {f"{n} {s}": v for (n, s), v in got.items()}
     plain = [x.detach().clone() for x in inputs[:5]]
-    for name, fn in fns.items():
-        with torch.no_grad():
-            report.setdefault("no_grad_fwd_wall_us", {})[name] = wall_us(lambda fn=fn: fn(*plain))
-    got = lb.time_all(pairs, True, 3.0, warm=True)
-    report["warm_us"] = {f"{n} {s}": lb.median_us(v) for (n, s), v in got.items()}
+    with torch.no_grad():
+        report["no_grad_fwd_wall_us"] = wall_us({name: (lambda fn=fn: fn(*plain)) for name, fn in fns.items()})
+    got = lb.time_all(pairs, "cuda", 3.0, warm=True)
+    report["warm_us"] = {f"{n} {s}": v for (n, s), v in got.items()}
     report["profile, warm"] = profiled(fns, inputs, args.out, warm=True)
     if args.matmuls:
         report["profile"] = profiled(fns, inputs, args.out)

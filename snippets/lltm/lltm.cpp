@@ -11,8 +11,9 @@
 //   X): the backward needs only the activations, so there are four outputs instead of seven.
 // - d_sigmoid, d_tanh and d_elu are ATen's own derivative kernels (the ones autograd calls), one kernel
 //   each where the tutorial's helpers take several ops, computed from the activations kept.
-// - d_old_h and d_input are the two column blocks of d_X; one is copied, since an op's outputs must not
-//   share memory.
+// - the inputs are checked (shapes, dtypes, devices), and the backward returns the gradients in the order
+//   of the forward's inputs, as autograd takes them (the tutorial's list starts with d_old_h); d_old_h and
+//   d_input are the two column blocks of d_X, and one is copied, since an op's outputs must not share memory.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/cat.h>
@@ -76,7 +77,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> lltm_backward(const Tensor& g
   at::elu_backward_out(d[2], d_new_cell.mul(g[0]), /*alpha=*/1, /*scale=*/1, /*input_scale=*/1, /*is_result=*/true, g[2]);
 
   Tensor d_weights = d_gates.t().mm(X);
-  Tensor d_bias = d_gates.sum(/*dim=*/0);
+  Tensor d_bias = d_gates.sum(/*dim=*/0);  // shaped like bias (the tutorial's keepdim=true adds a dimension)
   Tensor d_X = d_gates.mm(weights);
   Tensor d_old_h = d_X.narrow(/*dim=*/1, 0, state);
   Tensor d_input = d_X.narrow(/*dim=*/1, state, X.size(1) - state).clone();

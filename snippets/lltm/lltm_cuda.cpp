@@ -11,7 +11,8 @@
 //   why), and the backward takes what it needs of them, as in lltm.cpp.
 // - the launchers take raw pointers (so lltm_cuda.cu needs no torch header) on PyTorch's current stream,
 //   and return the launch's error, which is checked here.
-// - scalar_type() and data_ptr<T>() replace the deprecated type() and data<T>().
+// - scalar_type() and data_ptr<T>() replace the deprecated type() and data<T>(), and empty_like the
+//   tutorial's zeros_like: the kernels write every element, so filling them with zeros first is wasted.
 #include <ATen/Dispatch.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/addmm.h>

@@ -11,8 +11,9 @@
 //   or exp computed twice.
 // - the forward kernel writes the activations over the pre-activations in gates (each thread reads and
 //   writes its own three elements), where the tutorial allocates three more tensors.
-// - a thread loops over rows when the batch has more than 65535 (the grid's limit in y), and the block
-//   size is a parameter, threads ({{threads}} here; the tutorial's is 1024).
+// - a thread loops over rows when the batch has more than 65535 (the grid's limit in y), indices are
+//   int64_t (an int overflows past 2^31 elements), and the block size is a parameter, threads
+//   ({{threads}} here; the tutorial's is 1024).
 // - kernels run on the caller's stream (PyTorch's current one), and each launcher returns the launch error.
 #include <cuda_runtime.h>
 

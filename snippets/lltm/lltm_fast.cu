@@ -12,34 +12,19 @@
 // Threads per block along the state dimension (the tutorial uses 1024).
 constexpr int kThreads = {{threads}};
 
-// The tutorial's helpers, typed scalar_t throughout. Its elu, fmax(0.0, z) + fmin(0.0, exp(z) - 1.0), is
-// fmaxf / fminf in extension-cpp: float32 functions that round float64 and fail its gradcheck (#42).
+// lltm_cuda.cu's helpers (which says why they are typed scalar_t throughout, and why expm1); the
+// derivatives take the activations: sigmoid'(z) = s (1 - s), tanh'(z) = 1 - t^2, elu'(z) = 1 if z > 0 else
+// exp(z) = elu(z) + 1.
 template <typename scalar_t>
-__device__ __forceinline__ scalar_t sigmoid(scalar_t z) {
-  return scalar_t(1) / (scalar_t(1) + exp(-z));
-}
-
+__device__ __forceinline__ scalar_t sigmoid(scalar_t z) { return scalar_t(1) / (scalar_t(1) + exp(-z)); }
 template <typename scalar_t>
-__device__ __forceinline__ scalar_t elu(scalar_t z) {
-  return z > scalar_t(0) ? z : expm1(z);  // alpha = 1; expm1 keeps the digits exp(z) - 1 loses near 0
-}
-
-// The derivatives, from the activations' outputs (which the forward keeps):
-// sigmoid'(z) = s (1 - s), tanh'(z) = 1 - t^2, elu'(z) = 1 if z > 0 else exp(z) = elu(z) + 1.
+__device__ __forceinline__ scalar_t elu(scalar_t z) { return z > scalar_t(0) ? z : expm1(z); }
 template <typename scalar_t>
-__device__ __forceinline__ scalar_t d_sigmoid(scalar_t s) {
-  return s * (scalar_t(1) - s);
-}
-
+__device__ __forceinline__ scalar_t d_sigmoid(scalar_t s) { return s * (scalar_t(1) - s); }
 template <typename scalar_t>
-__device__ __forceinline__ scalar_t d_tanh(scalar_t t) {
-  return scalar_t(1) - t * t;
-}
-
+__device__ __forceinline__ scalar_t d_tanh(scalar_t t) { return scalar_t(1) - t * t; }
 template <typename scalar_t>
-__device__ __forceinline__ scalar_t d_elu(scalar_t e) {
-  return e > scalar_t(0) ? scalar_t(1) : e + scalar_t(1);
-}
+__device__ __forceinline__ scalar_t d_elu(scalar_t e) { return e > scalar_t(0) ? scalar_t(1) : e + scalar_t(1); }
 
 // V consecutive values as one 16-byte load or store (V = 4 floats or 2 doubles); V = 1 is a plain scalar.
 template <typename scalar_t, int V>
