@@ -116,20 +116,20 @@ def test_cpp_gradcheck_float64():
 
 
 def test_cpp_opcheck():
-    """Schemas, the autograd registered from Python, fake tensors and AOT dispatch of both ops."""
+    """Schemas, fake tensors and AOT dispatch of both ops."""
     check_ops("cpp", "cpu")
 
 
 def check_ops(variant, device):
-    """opcheck of lltm_forward (on leaves that require grad: its autograd, wherever registered) and
-    lltm_backward, and of cuda-fast's lltm."""
+    """opcheck of lltm_forward and lltm_backward (their autograd is an autograd.Function, checked by the
+    gradient tests), and of cuda-fast's lltm on leaves that require grad (its autograd is the op's own)."""
     lib = ops(variant)
     SPEC.lltm_function(lib, variant)  # the fakes; for cpp and cuda, the autograd too
     input, weights, bias, old_h, old_cell, grad_h, grad_cell = inputs((4, 5, 6), torch.float64, device)
     leaves = [x.clone().requires_grad_() for x in (input, weights, bias, old_h, old_cell)]
     if variant == "cuda-fast":  # its autograd is lltm's, in C++: lltm_forward has none
         torch.library.opcheck(lib.lltm.default, leaves)
-        leaves = [x.detach() for x in leaves]
+    leaves = [x.detach() for x in leaves]
     torch.library.opcheck(lib.lltm_forward.default, leaves)
     _, new_cell, gates, X = lib.lltm_forward(input, weights, bias, old_h, old_cell)
     torch.library.opcheck(lib.lltm_backward.default, (grad_h, grad_cell, new_cell, gates, X, weights))

@@ -2,9 +2,8 @@
 // On a CPU tensor ATen runs its CPU kernels, on a CUDA tensor its CUDA kernels: one source, both devices.
 // Where this differs from the tutorial, and why:
 // - TORCH_LIBRARY instead of PYBIND11_MODULE: the functions become PyTorch ops (torch.ops.<ns>.lltm_forward),
-//   which torch.compile and torch.library.opcheck understand. Autograd is registered from Python (spec.py,
-//   torch.library.register_autograd), as pytorch/extension-cpp does now, in place of the tutorial's
-//   Python torch.autograd.Function: the C++ then needs no autograd headers.
+//   which torch.compile and torch.library.opcheck understand. Autograd stays in Python, the tutorial's
+//   LLTMFunction (spec.py): the C++ then needs no autograd headers.
 // - only the ATen headers used, not torch/extension.h (ATen, pybind11 and the whole C++ API): the cold
 //   build takes seconds instead of half a minute.
 // - the forward applies the activations in place in one gates buffer and returns (new_h, new_cell, gates,

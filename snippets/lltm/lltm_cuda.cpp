@@ -1,8 +1,8 @@
 // The tutorial's lltm_cuda.cpp: input checks, the matmuls in ATen (cuBLAS), and calls into the fused
 // kernels of lltm_cuda.cu for everything pointwise.
 // Where this differs from the tutorial, and why:
-// - TORCH_LIBRARY instead of PYBIND11_MODULE, and autograd registered from Python (spec.py,
-//   torch.library.register_autograd), as in lltm.cpp; only the ATen headers used, not torch/extension.h.
+// - TORCH_LIBRARY instead of PYBIND11_MODULE, and autograd in Python (spec.py's LLTMFunction), as in
+//   lltm.cpp; only the ATen headers used, not torch/extension.h.
 // - the checks cover shapes, dtypes and devices as well: the kernels index raw memory, and a wrong shape
 //   would read past a tensor's end. Inputs need not be contiguous: .contiguous() copies the ones that
 //   are not (the tutorial's CHECK_CONTIGUOUS rejects them; autograd hands the backward broadcast
