@@ -52,6 +52,11 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
     return seconds, done.stdout
 
 
+def wall(cmd: list[str], env: dict | None = None) -> float:
+    """One run's wall seconds (a step that happens once, in order, such as the first, cold run)."""
+    return timed(cmd, env)[0]
+
+
 def median_of(k: int, cmds: dict[str, list[str]], env: dict | None = None, fresh: tuple[str, ...] = ()) -> dict[str, Runs]:
     """k rounds in which the commands take turns, so load from other processes hits all alike.
 
