@@ -51,7 +51,8 @@ def sum_large(lines: list[str], budget_s: float) -> None:
         if not v.check.ok:
             sys.exit(f"sum cpp fails its check at n={n}: {v.check}")
         lines.append(_row(f"1e{len(str(n)) - 1}", v.time, r.baseline))
-    lines += ["", f"Timing: {v.time.method}; {v.time.samples}+ samples each, contenders taking turns.", ""]
+    lines += ["", f"Timing: {v.time.method}, at least 30 samples each, the two taking turns (`kplay run`'s own loop); "
+              f"{load_line()} after.", ""]
 
 
 def sum_small(lines: list[str], budget_s: float) -> None:
@@ -76,7 +77,7 @@ def sum_small(lines: list[str], budget_s: float) -> None:
         for name, s in stats.items():
             versus = "— | —" if s is ours else f"{s.median_s / ours.median_s:.2f}× | {verdict(ours, s)}"
             lines.append(f"| 1e{len(str(n)) - 1} | {name} | {s.median_s * 1e6:.2f} ({s.q1_s * 1e6:.2f}–{s.q3_s * 1e6:.2f}) | {versus} |")
-    lines += ["", f"Timing: {ours.method}; {ours.samples} samples each, contenders taking turns.", ""]
+    lines += ["", f"Timing: {ours.method}; {ours.samples} samples each, the three taking turns; {load_line()} after.", ""]
 
 
 def buildable(only: str = "") -> list:
