@@ -157,6 +157,7 @@ def main() -> int:
     ap.add_argument("--builds", type=int, default=3, help="cold builds per variant (the median is reported)")
     ap.add_argument("--variants", default="", help="builds: only these, e.g. sum/cpp,lltm/cpp (default: every one)")
     ap.add_argument("--budget", type=float, default=2.0, help="seconds of timing per sum size (at least 30 samples)")
+    ap.add_argument("--threads", type=int, help="sum: torch's threads (default: torch's own choice), e.g. 1 on a busy box")
     ap.add_argument("--out", type=Path, help="also write the report (markdown) here")
     args = ap.parse_args()
     parts = args.parts.split(",")
@@ -169,6 +170,8 @@ def main() -> int:
 
     from playground.build import cpu_model
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     lines = [f"# kplay CPU benchmark, {datetime.date.today()}", "",
              f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
              f"Python {platform.python_version()}; {load_line()} at the start", ""]
