@@ -113,7 +113,7 @@ def plain_args(fam, v, folder: Path) -> Path:
 
 
 def cold_builds(lines: list[str], k: int, folder: Path, only: str = "") -> bool:
-    """Each build in a fresh process with an empty cache; kplay, plain load_inline and import torch take turns."""
+    """Each build in a fresh process with an empty cache, kplay and plain load_inline taking turns."""
     from playground.build import setup_env
 
     setup_env()  # the children inherit ninja on PATH and CUDA_HOME, as kplay's own build sets them
