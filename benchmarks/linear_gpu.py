@@ -3,9 +3,9 @@
     python benchmarks/linear_gpu.py [--size 4096] [--out benchmarks/results]
 
 Builds through kplay (the same sources and flags as `kplay run`), checks each kernel against float64 at
-the benchmark size, then times the forward with CUDA events: 3 warm-ups, then the contenders take
-turns, the median of --samples (fewer for a kernel slower than --budget-s allows, never fewer than 5). Writes linear-<gpu>-<date>.json
-and .md under --out and prints the table last.
+the benchmark size, then times the forward with kplay's timer (playground.timing.bench: 3 warm-ups, CUDA
+events, the contenders taking turns, at least 30 samples and --budget seconds, median and IQR). Writes
+linear-<gpu>-<date>.json and .md under --out and prints the table last.
 """
 
 from __future__ import annotations
@@ -13,19 +13,17 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, spec as load_spec  # first: it puts the repository on sys.path
 
-import torch  # noqa: E402
+import torch
 
-import playground  # noqa: E402
-from playground import registry, runner, spec as specs  # noqa: E402
+import playground
+from playground.timing import bench
 
 # cuda-tiled's default tiles, then other shapes worth knowing about (all spill-free per ptxas -v).
 TILES = [
@@ -41,29 +39,65 @@ def tile_name(p: dict) -> str:
     return f"{p['block_m']}x{p['block_n']}x{p['block_k']}, {p['thread_m']}x{p['thread_n']}/thread"
 
 
-def time_events(fns: dict, samples: int, budget_s: float) -> dict[str, list[float]]:
-    """Seconds per call of each function, a CUDA event pair around each call, after 3 warm-ups.
+def contenders(spec, inputs, builds: list[tuple[str, dict]], device: str) -> dict:
+    """label -> (call, variant, build seconds): F.linear first, then each (variant, params) built through kplay."""
+    x, w, b = inputs
+    found = {"F.linear (cuBLAS, TF32 off)": (lambda: torch.nn.functional.linear(x, w, b), "", 0.0)}
+    for variant, params in builds:
+        t0 = time.perf_counter()
+        ops = playground.load("linear", variant=variant, device=device, params=params or None)
+        label = variant + (f" ({tile_name(params)})" if params else "")
+        found[label] = (lambda ops=ops: spec.linear(ops, x, w, b), variant, time.perf_counter() - t0)
+    return found
 
-    The functions take turns, so clock drift hits all alike; one stops at `samples`, or at `budget_s`
-    of its own time once it has 5 (the naive kernel at 4096^3). The inputs (192 MiB) are 3x the L2,
-    so no flush is needed between calls.
+
+def measure(found: dict, spec, inputs, flops: int, budget_s: float, device: str) -> list[dict]:
+    """Check each contender against float64, then time them all in turns (kplay's timer), one row each.
+
+    The slowest (cuda-naive, 0.27 s a call at 4096^3) sets the pace of the turns: 30 samples each.
     """
-    for fn in fns.values():
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    while True:
-        todo = [k for k, t in times.items() if len(t) < samples and not (len(t) >= 5 and sum(t) > budget_s)]
-        if not todo:
-            return times
-        for k in todo:
-            begin.record()
-            fns[k]()
-            end.record()
-            end.synchronize()
-            times[k].append(begin.elapsed_time(end) / 1e3)
+    ref = torch.nn.functional.linear(*(t.double() for t in inputs))  # y alone: the forward is what is timed
+    tol = spec.product_tolerance(inputs[0], inputs[1], torch.float32, extra=inputs[2])  # y's bound: the forward is timed
+    errors = {label: (fn().double() - ref).abs().max().item() for label, (fn, _, _) in found.items()}
+    nbytes = sum(t.numel() * t.element_size() for t in inputs) + ref.numel() * 4  # and y: flushed from L2 if they fit
+    stats = bench({label: fn for label, (fn, _, _) in found.items()}, device, budget_s=budget_s, working_set=nbytes)
+    rows = []
+    for label, (_, variant, build_s) in found.items():
+        t, err = stats[label], errors[label]
+        rows.append({"contender": label, "variant": variant, "median_ms": t.median_s * 1e3, "q1_ms": t.q1_s * 1e3,
+                     "q3_ms": t.q3_s * 1e3, "samples": t.samples, "method": t.method, "gflops": flops / t.median_s / 1e9,
+                     "max_abs_err": err, "tolerance": tol, "ok": err <= tol, "build_s": round(build_s, 1)})
+    return rows
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Each row's share of F.linear (the first row) and multiple of cuda-naive; the target's verdict."""
+    base = rows[0]["gflops"]
+    naive = next(r["gflops"] for r in rows if r["variant"] == "cuda-naive")
+    for r in rows:
+        r["pct_of_F_linear"] = 100 * r["gflops"] / base
+        r["x_naive"] = r["gflops"] / naive
+    default = next(r for r in rows if r["variant"] == "cuda-tiled")
+    return {"tiled_default_pct_of_F_linear": default["pct_of_F_linear"], "tiled_default_x_naive": default["x_naive"],
+            "target": "cuda-tiled >= 50% of F.linear and >= 5x cuda-naive",
+            "met": default["pct_of_F_linear"] >= 50 and default["x_naive"] >= 5 and default["ok"]}
+
+
+def markdown(rows: list[dict], verdict: dict, meta: dict, s: int) -> list[str]:
+    lines = [f"# linear forward on {meta['gpu']}, {s}x{s}x{s} float32", "",
+             f"{meta['date']} · torch {meta['torch']} · CUDA {meta['cuda']} · {meta['nvcc']} · "
+             f"driver, max SM clock: {meta['driver, max SM clock']}", "",
+             f"{rows[0]['method']}, 3 warm-ups, contenders taking turns, median (IQR) of the samples shown; "
+             f"error = max |y - float64 reference| (tolerance {rows[0]['tolerance']:.2e}).", "",
+             "| contender | median ms (IQR) | samples | GFLOP/s | % of F.linear | x naive | max err | check |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['contender']} | {r['median_ms']:.3f} ({r['q1_ms']:.3f}-{r['q3_ms']:.3f}) | {r['samples']} | "
+                     f"{r['gflops']:,.0f} | {r['pct_of_F_linear']:.1f}% | {r['x_naive']:.1f}x | {r['max_abs_err']:.1e} | "
+                     f"{'pass' if r['ok'] else 'FAIL'} |")
+    return lines + ["", f"Target ({verdict['target']}), default tiles: "
+                    f"{verdict['tiled_default_pct_of_F_linear']:.1f}% of F.linear, {verdict['tiled_default_x_naive']:.1f}x naive: "
+                    f"{'met' if verdict['met'] else 'NOT met'}."]
 
 
 def versions() -> dict:
@@ -83,70 +117,27 @@ def versions() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=4096, help="batch = in = out")
-    ap.add_argument("--samples", type=int, default=50)
-    ap.add_argument("--budget-s", type=float, default=8.0, help="time limit per contender")
+    ap.add_argument("--budget", type=float, default=1.0, help="seconds of timing in all (at least 30 samples each)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
 
-    spec = specs.module(registry.find("linear"))  # also turns TF32 off for cuBLAS
+    spec = load_spec("linear")  # also turns TF32 off for cuBLAS
     torch.backends.cuda.matmul.allow_tf32 = False
     s = args.size
     sizes = {"batch": s, "in": s, "out": s}
-    x, w, b, gy = (t.cuda() for t in spec.make_inputs(sizes, torch.float32, "cpu", torch.Generator().manual_seed(0)))
-    ref = torch.nn.functional.linear(x.double(), w.double(), b.double())  # the forward is what is timed here
-    tol = spec.gradient_tolerances(x, w, b, gy, torch.float32)[0]
+    x, w, b, _ = spec.make_inputs(sizes, torch.float32, "cpu", torch.Generator().manual_seed(0))
+    inputs = x.cuda(), w.cuda(), b.cuda()
     flops = spec.flops(sizes)
-
-    contenders = {"F.linear (cuBLAS, TF32 off)": (lambda: torch.nn.functional.linear(x, w, b), "", 0.0)}
     builds = [("cuda-naive", {})] + [("cuda-tiled", p) for p in TILES]
-    for variant, params in builds:
-        t0 = time.perf_counter()
-        ops = playground.load("linear", variant=variant, device="cuda", params=params or None)
-        label = variant + (f" ({tile_name(params)})" if params else "")
-        contenders[label] = (lambda ops=ops: spec.linear(ops, x, w, b), variant, time.perf_counter() - t0)
-
-    errors = {}
-    for label, (fn, _, _) in contenders.items():
-        errors[label] = (fn().double() - ref).abs().max().item()
-    times = time_events({k: v[0] for k, v in contenders.items()}, args.samples, args.budget_s)
-    rows = []
-    for label, (fn, variant, build_s) in contenders.items():
-        t, err = times[label], errors[label]
-        q1, med, q3 = statistics.quantiles(t, n=4, method="inclusive")
-        rows.append({"contender": label, "variant": variant, "median_ms": med * 1e3, "q1_ms": q1 * 1e3,
-                     "q3_ms": q3 * 1e3, "samples": len(t), "gflops": flops / med / 1e9, "max_abs_err": err,
-                     "tolerance": tol, "ok": err <= tol, "build_s": round(build_s, 1)})
-
-    base = rows[0]["gflops"]
-    naive = next(r["gflops"] for r in rows if r["variant"] == "cuda-naive")
-    for r in rows:
-        r["pct_of_F_linear"] = 100 * r["gflops"] / base
-        r["x_naive"] = r["gflops"] / naive
-    default = next(r for r in rows if r["variant"] == "cuda-tiled")
+    rows = measure(contenders(spec, inputs, builds, "cuda"), spec, inputs, flops, args.budget, "cuda")
+    verdict = summarise(rows)
     meta = versions()
-    verdict = {"tiled_default_pct_of_F_linear": default["pct_of_F_linear"], "tiled_default_x_naive": default["x_naive"],
-               "target": "cuda-tiled >= 50% of F.linear and >= 5x cuda-naive",
-               "met": default["pct_of_F_linear"] >= 50 and default["x_naive"] >= 5 and default["ok"]}
     record = {**meta, "size": f"{s} x {s} x {s} (batch x in x out), float32, forward", "flops": flops,
-              "timing": "CUDA events around each call, 3 warm-ups, median", "rows": rows, "verdict": verdict}
-
-    lines = [f"# linear forward on {meta['gpu']}, {s}x{s}x{s} float32", "",
-             f"{meta['date']} · torch {meta['torch']} · CUDA {meta['cuda']} · {meta['nvcc']} · "
-             f"driver, max SM clock: {meta['driver, max SM clock']}", "",
-             "CUDA events, 3 warm-ups, median (IQR) of the samples shown; error = max |y - float64 reference| "
-             f"(tolerance {tol:.2e}).", "",
-             "| contender | median ms (IQR) | samples | GFLOP/s | % of F.linear | x naive | max err | check |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['contender']} | {r['median_ms']:.3f} ({r['q1_ms']:.3f}-{r['q3_ms']:.3f}) | {r['samples']} | "
-                     f"{r['gflops']:,.0f} | {r['pct_of_F_linear']:.1f}% | {r['x_naive']:.1f}x | {r['max_abs_err']:.1e} | "
-                     f"{'pass' if r['ok'] else 'FAIL'} |")
-    lines += ["", f"Target ({verdict['target']}), default tiles: "
-              f"{verdict['tiled_default_pct_of_F_linear']:.1f}% of F.linear, {verdict['tiled_default_x_naive']:.1f}x naive: "
-              f"{'met' if verdict['met'] else 'NOT met'}."]
+              "timing": f"{rows[0]['method']}, 3 warm-ups, contenders taking turns, median", "rows": rows, "verdict": verdict}
+    lines = markdown(rows, verdict, meta, s)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"linear-{meta['gpu'].split()[-1].lower()}-{meta['date']}"
     (args.out / f"{stem}.json").write_text(json.dumps(record, indent=1))

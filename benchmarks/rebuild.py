@@ -16,19 +16,11 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from common import ROOT, wall
+
 CLI = [sys.executable, "-W", "ignore", str(ROOT / "cli.py")]
-
-
-def timed(cmd: list[str], env: dict) -> float:
-    t = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{done.stderr}")
-    return time.perf_counter() - t
 
 
 def plain_load_inline(folder: Path, sources: list[str], env: dict, tag: str) -> float:
@@ -44,7 +36,7 @@ def plain_load_inline(folder: Path, sources: list[str], env: dict, tag: str) -> 
         "  extra_cflags=[*CXX_FLAGS, *compiler()[1], '-DUSE_CUDA', '-DKPLAY_NS=%s'], extra_cuda_cflags=[*CUDA_FLAGS, '-DKPLAY_NS=%s'],\n"
         "  extra_include_paths=[str(ENGINE_INCLUDE), %r], build_directory=tempfile.mkdtemp())\n"  # kplay/stable.h, the family's headers
     ) % (str(ROOT), cpp, cu, tag, tag, tag, str(folder))
-    return timed([sys.executable, "-W", "ignore", "-c", "import tempfile\n" + code], env)
+    return wall([sys.executable, "-W", "ignore", "-c", "import tempfile\n" + code], env)
 
 
 def main() -> None:
@@ -62,17 +54,17 @@ def main() -> None:
         sources = [p.name for p in folder.iterdir() if p.suffix in (".cpp", ".cu")]
         kernel = folder / ("sum.cpp" if args.device == "cpu" else f"sum_{variant.replace('-', '_')}.cu")
         original = kernel.read_text()
-        rows = [("first run (cold build + check)", timed(run, env))]
-        rows.append(("warm run (cached build + check)", timed(run, env)))
+        rows = [("first run (cold build + check)", wall(run, env))]
+        rows.append(("warm run (cached build + check)", wall(run, env)))
         for k in (1, 2):  # a one-line change, twice, as an attendee iterates
             kernel.write_text(original + f"// edit {k}\n")
-            rows.append((f"one-line edit {k}: rebuild + check", timed(run, env)))
+            rows.append((f"one-line edit {k}: rebuild + check", wall(run, env)))
         kernel.write_text(original)
-        rows.append(("back to the original source (cache hit) + check", timed(run, env)))
+        rows.append(("back to the original source (cache hit) + check", wall(run, env)))
         rows.append(("plain load_inline of the same sources (build only)", plain_load_inline(folder, sources, env, "plain_a")))
         kernel.write_text(original + "// edit 3\n")
         rows.append(("plain load_inline after a one-line edit (build only)", plain_load_inline(folder, sources, env, "plain_b")))
-        rows.append(("`python -c 'import torch'` (the floor of any fresh run)", timed([sys.executable, "-c", "import torch"], env)))
+        rows.append(("`python -c 'import torch'` (the floor of any fresh run)", wall([sys.executable, "-c", "import torch"], env)))
     import torch
 
     lines = [f"# Rebuild loop: sum/{variant} on {args.device}, {datetime.date.today()}", "",

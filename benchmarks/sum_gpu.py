@@ -4,7 +4,9 @@
     python benchmarks/sum_gpu.py --out results/      # also sum-<gpu>.json and .md there
 
 Timing is kplay's own (playground.timing.bench): warm-up, CUDA events, L2 flushed between samples when the
-input fits in a few L2s, contenders taking turns, >= 30 samples, median and IQR.
+input fits in a few L2s, contenders taking turns, >= 30 samples, median and IQR. The copy bandwidth is the
+engine's too (playground.timing.copy_bandwidth: measured once per GPU and torch, then cached), so "% copy"
+here is the figure `kplay run` shows.
 """
 
 from __future__ import annotations
@@ -18,25 +20,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import spec as load_spec  # first: it puts the repository on sys.path
 
-import torch  # noqa: E402
+import torch
 
-from playground import registry  # noqa: E402
-from playground.build import build  # noqa: E402
-from playground.toolchain import setup_env  # noqa: E402
-from playground.spec import module as load_spec  # noqa: E402
-from playground.timing import bench  # noqa: E402
+import playground
+from playground import registry
+from playground.timing import bench, copy_bandwidth
 
 TARGETS = {10**7: ("time", 1.1), 10**8: ("throughput", 1.0), 10**9: ("throughput", 1.0)}  # issue 3, fast vs torch.sum
-
-
-def copy_bandwidth(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy in GB/s, counting bytes read plus bytes written."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(1)
-    dst = torch.empty_like(src)
-    stats = bench({"copy": lambda: dst.copy_(src)}, "cuda", budget_s=0.5, working_set=2 * nbytes)["copy"]
-    return 2 * nbytes / stats.median_s / 1e9
 
 
 def environment() -> dict:
@@ -54,22 +46,27 @@ def environment() -> dict:
     return env
 
 
-def measure(ops: dict, spec, n: int, dtype: torch.dtype, peak: float, budget_s: float) -> list[dict]:
-    """One row per contender: torch.sum first, then the ladder."""
-    gen = torch.Generator(device="cuda").manual_seed(n)
-    x = torch.randn(n, generator=gen, dtype=dtype, device="cuda")
+def cub(x: torch.Tensor) -> dict:
+    """CUB's reduction through CuPy, where installed: a second reference point (a zero-copy view of x)."""
+    try:
+        import cupy
+    except ImportError:
+        return {}
+    xc = cupy.from_dlpack(x)
+    return {"cupy.sum (CUB)": lambda: cupy.sum(xc)}
+
+
+def measure(ops: dict, spec, n: int, dtype: torch.dtype, peak: float, budget_s: float, device: str = "cuda") -> list[dict]:
+    """One row per contender: torch.sum first, then the ladder (device: cpu only to try this script out)."""
+    gen = torch.Generator(device=device).manual_seed(n)
+    x = torch.randn(n, generator=gen, dtype=dtype, device=device)
     ref = x.sum(dtype=torch.float64).item()
     tol, _ = spec.tolerance(x, dtype)
     fns = {"torch.sum": lambda: torch.sum(x), **{name: (lambda op=op: op.sum(x)) for name, op in ops.items()}}
-    try:  # CUB's reduction through CuPy, where installed: a second reference point (zero-copy view of x)
-        import cupy
-
-        xc = cupy.from_dlpack(x)
-        fns["cupy.sum (CUB)"] = lambda: cupy.sum(xc)
-    except ImportError:
-        pass
+    if device == "cuda":
+        fns.update(cub(x))
     errors = {name: abs(float(fn()) - ref) for name, fn in fns.items()}
-    stats = bench(fns, "cuda", budget_s=budget_s, working_set=n * x.element_size())
+    stats = bench(fns, device, budget_s=budget_s, working_set=n * x.element_size())
     base = stats["torch.sum"].median_s
     rows = []
     for name, s in stats.items():
@@ -79,7 +76,8 @@ def measure(ops: dict, spec, n: int, dtype: torch.dtype, peak: float, budget_s: 
                      "gbps": gbps, "pct_copy": 100 * gbps / peak, "speedup": base / s.median_s,
                      "abs_err": errors[name], "tolerance": tol, "ok": errors[name] <= tol})
     del x
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -126,13 +124,11 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("no CUDA GPU visible: this benchmark runs on a GPU")
-    setup_env()
-    family = registry.find("sum")
-    spec = load_spec(family)
-    params = family.parse_params([f"threads={args.threads}"])
-    ops = {v.name: build(family, v, params)[0] for v in family.variants_for("cuda")}
+    spec = load_spec("sum")
+    params = {"threads": args.threads}
+    ops = {v.name: playground.load("sum", v.name, "cuda", params) for v in registry.find("sum").variants_for("cuda")}
     env = {**environment(), "threads": args.threads}
-    peak = copy_bandwidth()
+    peak = copy_bandwidth("cuda")  # 1 GiB device-to-device, read + write: the figure `kplay run` shows as "% copy"
     rows = []
     for dtype in args.dtypes.split(","):
         for n in (int(float(s)) for s in args.sizes.split(",")):

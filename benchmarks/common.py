@@ -1,0 +1,106 @@
+"""What the benchmark scripts share: timing whole commands, a family's spec, and a verdict from two timings.
+
+Kernels are timed in-process by playground.timing.bench (or playground.run, which calls it). A command
+(a build, `kplay run` end to end) is timed here: a fresh process per run, the wall clock around it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@dataclass(frozen=True)
+class Runs:
+    """k runs of one command: the process's wall clock, and the number each run printed last (if any)."""
+
+    walls: tuple[float, ...]
+    printed: tuple[float, ...]
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(self.walls)
+
+    @property
+    def inner(self) -> float:
+        """The median of what the runs printed (e.g. a build's own seconds, after `import torch`)."""
+        return statistics.median(self.printed)
+
+    @property
+    def inner_range(self) -> tuple[float, float]:
+        return min(self.printed), max(self.printed)
+
+
+def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
+    """One run's wall seconds and stdout; a failing command ends the benchmark with its stderr."""
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"{shlex.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+    return seconds, done.stdout
+
+
+def wall(cmd: list[str], env: dict | None = None) -> float:
+    """One run's wall seconds (a step that happens once, in order, such as the first, cold run)."""
+    return timed(cmd, env)[0]
+
+
+def median_of(k: int, cmds: dict[str, list[str]], env: dict | None = None, fresh: tuple[str, ...] = ()) -> dict[str, Runs]:
+    """k rounds in which the commands take turns, so load from other processes hits all alike.
+
+    Each environment variable named in fresh points at a new, empty folder for every single run: a
+    cold cache (KPLAY_CACHE, TORCH_EXTENSIONS_DIR) each time, as on an attendee's first run.
+    """
+    walls: dict[str, list[float]] = {name: [] for name in cmds}
+    printed: dict[str, list[float]] = {name: [] for name in cmds}
+    for _ in range(k):
+        for name, cmd in cmds.items():
+            with tempfile.TemporaryDirectory(prefix="kplay-bench-") as tmp:
+                run_env = {**(env or os.environ), **{var: os.path.join(tmp, var.lower()) for var in fresh}}
+                seconds, out = timed(cmd, run_env)
+            walls[name].append(seconds)
+            number = _last_number(out)
+            if number is not None:
+                printed[name].append(number)
+    return {name: Runs(tuple(walls[name]), tuple(printed[name])) for name in cmds}
+
+
+def _last_number(text: str) -> float | None:
+    try:
+        return float(text.split()[-1])
+    except (IndexError, ValueError):
+        return None
+
+
+def verdict(mine, theirs) -> str:
+    """FASTER or SLOWER where the interquartile ranges of two timings (Stats) are apart, else TIE."""
+    if mine.q3_s < theirs.q1_s:
+        return "FASTER"
+    if mine.q1_s > theirs.q3_s:
+        return "SLOWER"
+    return "TIE"
+
+
+def spec(family: str):
+    """A family's spec.py module (tolerances, inputs, helpers such as spec.Linear)."""
+    from playground import registry, spec as specs
+
+    return specs.module(registry.find(family))
+
+
+def load_line() -> str:
+    """The machine's load averages: other work on a shared box moves every number here."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} cpus)"
