@@ -5,6 +5,7 @@ import json
 import pytest
 
 
+@pytest.mark.slow
 def test_lltm_reports_forward_and_backward_against_two_baselines(kplay):
     result = kplay("run", "lltm", "--device", "cpu", "--variant", "cpp", "--json")
     assert result.exit_code == 0, result.output

@@ -124,6 +124,7 @@ def square_test_sizes(folder):
     toml.write_text(text + "".join(f"\n[[test_sizes]]\nbatch = {b}\nin = {n}\nout = {n}\n" for b, n in square))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source, name, square", [
     ("grad_weight_scaled.cpp", "grad_weight", False),
     ("grad_weight_transposed.cpp", "grad_weight", True),

@@ -229,6 +229,7 @@ def test_checker_catches_a_wrong_backward(wrong_elu_derivative):
 CUDA_VARIANTS = ["cuda", "cuda-fast"]
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 @pytest.mark.parametrize("variant", CUDA_VARIANTS, ids=variant_id)
 def test_cuda_sources_compile(variant):
@@ -240,6 +241,7 @@ def test_cuda_sources_compile(variant):
         assert lib.lltm._schemas
 
 
+@pytest.mark.slow
 @pytest.mark.nvcc
 def test_cuda_fast_two_streams_compiles():
     assert ops("cuda-fast", streams=2).lltm._schemas

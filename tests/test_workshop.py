@@ -157,6 +157,7 @@ def test_a_corrupt_cache_entry_is_rebuilt(kplay, tmp_path, cache):
     assert result.exit_code == 0 and not r["variants"][0]["build"]["cached"]
 
 
+@pytest.mark.slow
 def test_export_builds_a_package_that_imports_and_passes_its_test(kplay, tmp_path):
     target = tmp_path / "pkg"
     result = kplay("export", "sum", target, "--device", "cpu")
@@ -249,6 +250,7 @@ def _family_with_header(tmp_path, kplay, name="affine"):
     return folder
 
 
+@pytest.mark.slow
 def test_a_header_edit_rebuilds_and_going_back_hits_the_cache(kplay, tmp_path):
     folder = _family_with_header(tmp_path, kplay)
     result, first = run_json(kplay, folder)
