@@ -50,7 +50,7 @@ def sum_large(lines: list[str], budget_s: float) -> None:
         v = r.variants[0]
         if not v.check.ok:
             sys.exit(f"sum cpp fails its check at n={n}: {v.check}")
-        lines.append(_row(f"1e{len(str(n)) - 1}", v.time, r.baseline))
+        lines.append(_row(f"1e{len(str(n)) - 1}", v.time, r.baselines["torch.sum"].time))
     lines += ["", f"Timing: {v.time.method}, at least 30 samples each, the two taking turns (`kplay run`'s own loop); "
               f"{load_line()} after.", ""]
 
@@ -101,12 +101,12 @@ def plain_args(fam, v, folder: Path) -> Path:
     import json
 
     from playground import render
+    from playground.build import ENGINE_INCLUDE
 
     name = f"plain_{fam.name}_{v.name}".replace("-", "_")
     srcs = render.sources(fam, v, fam.parse_params([]))
     kw = {"name": name, "cpp_sources": list(srcs.values()), "is_python_module": False, "extra_cflags": [f"-DKPLAY_NS={name}"]}
-    if v.includes:
-        kw["extra_include_paths"] = [str(fam.path)]
+    kw["extra_include_paths"] = [str(ENGINE_INCLUDE), *([str(fam.path)] if v.includes else [])]  # kplay/stable.h
     path = folder / f"{name}.json"
     path.write_text(json.dumps(kw))
     return path
