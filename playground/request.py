@@ -25,6 +25,8 @@ FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3
              "float64": 1.7976931348623157e308}
 DEVICES = ("auto", *registry.DEVICES)
 # `kplay run`'s own options: a family's size may not take one of these names.
+OPTIONS = ("device", "variant", "dtype", "seed", "param", "timeout", "no-bench", "json", "path", "size", "baseline",
+           "skip-baseline", "no-compile")  # for a did-you-mean: `--timout 3` is a typo, not a size
 RESERVED = {"device", "variant", "dtype", "seed", "param", "timeout", "bench", "json", "path", "size", "baseline",
             "skip", "help", "no"}
 
@@ -110,7 +112,7 @@ def _sizes(fam: registry.Family, given: dict, dtype: str) -> tuple[dict, list[st
 def unknown_size(fam: registry.Family, key: str) -> str:
     """'--rows does not apply to sum; it takes --n' (with a did-you-mean when one is close)."""
     names = [*fam.sizes, *(["values"] if fam.values else [])]
-    close = difflib.get_close_matches(key, names, n=1)
+    close = difflib.get_close_matches(key, [*names, *OPTIONS], n=1)
     hint = f"; did you mean --{close[0]}?" if close else ""
     takes = ", ".join(f"--{k}" for k in names) or "no size"
     return f"--{key} does not apply to {fam.name}{hint} ({fam.name} takes {takes})"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import gpu
+from conftest import ROOT, gpu
 
 
 def test_list_names_every_family(kplay):
@@ -125,3 +125,68 @@ def test_nan_values_are_not_a_changed_input(kplay):
 def test_a_path_that_is_a_file_is_one_line(kplay):
     result = kplay("run", "snippets/sum/sum.cpp")
     assert result.exit_code == 2 and "not a kernel folder" in result.stderr and "Traceback" not in result.output
+
+
+def test_typer_usage_errors_are_one_line_exit_2(kplay):
+    for args, text in ((["run", "sum", "--device", "gpu"], "'gpu' is not one of"), (["show"], "Missing argument"),
+                       (["run", "sum", "--timeoutt", "3"], "--timeoutt does not apply to sum; did you mean --timeout?"),
+                       (["list", "--nope"], "No such option: --nope")):
+        result = kplay(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert text in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "╭" not in result.output and "Traceback" not in result.output
+
+
+def test_plain_kplay_shows_the_help_and_exits_0_and_version_works(kplay):
+    result = kplay()
+    assert result.exit_code == 0 and "run" in result.stdout and "bench" in result.stdout
+    version = kplay("--version")
+    assert version.exit_code == 0 and version.stdout.startswith("kplay ")
+
+
+def test_kplay_debug_shows_the_traceback_and_keeps_the_exit_code(kplay, monkeypatch):
+    monkeypatch.setenv("KPLAY_DEBUG", "1")
+    result = kplay("run", "sum", "--n", "abc")
+    assert result.exit_code == 2 and "Traceback" in result.stderr and "--n abc: not a number" in result.stderr
+
+
+def test_small_messages(kplay, tmp_path):
+    assert "sum takes float32, float64" in kplay("run", "sum", "--dtype", "float7").stderr
+    assert "but" not in kplay("run", "sum", "--dtype", "float7").stderr
+    missing = kplay("run", tmp_path / "nowhere")
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr
+    if not gpu():
+        tree = kplay("run", "sum", "--variant", "tree", "--n", "100")
+        assert tree.exit_code == 2 and "sum/tree is a cuda variant and this run is on cpu" in tree.stderr
+
+
+def test_a_param_no_variant_uses_is_a_warning_and_reports_show_only_params_in_play(kplay):
+    result = kplay("run", "sum", "--device", "cpu", "--n", "100", "--param", "threads=512", "--no-bench", "--json")
+    r = json.loads(result.stdout)
+    assert result.exit_code == 0 and r["params"] == {} and r["warnings"] == ["--param threads: no chosen variant uses it"]
+    lltm = json.loads(kplay("run", "lltm", "--device", "cpu", "--no-bench", "--json").stdout)
+    assert lltm["params"] == {}  # fwd_split, bwd_split, streams and threads are cuda-fast's and cuda's
+
+
+def test_a_family_shadowing_a_built_in_gets_a_warning(kplay, tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "snippets" / "sum", tmp_path / "sum")
+    result = kplay("run", "sum", "--path", tmp_path, "--device", "cpu", "--n", "100", "--no-bench", "--json")
+    warnings = json.loads(result.stdout)["warnings"]
+    assert result.exit_code == 0 and warnings == [f"sum from {tmp_path / 'sum'} has the name of a built-in family; "
+                                                  f"this run uses {tmp_path / 'sum'}"]
+
+
+def test_a_cpp_check_names_the_students_file_and_line(kplay, tmp_path):
+    import shutil
+
+    folder = tmp_path / "mysum"
+    shutil.copytree(ROOT / "snippets" / "sum", folder)
+    source = folder / "sum.cpp"
+    text = source.read_text().replace('STD_TORCH_CHECK(x.is_cpu(), "sum (C++): x must be on the CPU");',
+                                      'STD_TORCH_CHECK(x.numel() != 2, "sum (C++): no pairs, please");')
+    source.write_text(text)
+    line = text.splitlines().index(next(ln for ln in text.splitlines() if "no pairs" in ln)) + 1
+    result = kplay("run", folder, "--device", "cpu", "--n", "100", "--no-bench")
+    assert result.exit_code == 4 and f"no pairs, please ({source}:{line})" in result.stderr, result.stderr
