@@ -98,6 +98,8 @@ def _dtype(fam: registry.Family, dtype: str | None) -> str:
 
 def _sizes(fam: registry.Family, given: dict, dtype: str) -> tuple[dict, list[str]]:
     """Every size of the family, parsed, the given ones in place of the defaults; then the values."""
+    for key in fam.sizes.keys() & RESERVED:
+        raise UsageError(f"{fam.path / 'task.toml'}: a size may not be called '{key}' (kplay run has a --{key} option)")
     for key in given:
         if key not in fam.sizes and not (key == "values" and fam.values):
             raise UsageError(unknown_size(fam, key))

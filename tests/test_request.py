@@ -159,3 +159,10 @@ def test_half_precision_limits_without_torch():
     with pytest.raises(UsageError, match="too large for float16"):
         request.parse_values("1e5", "float16")
     assert request.parse_values("257", "bfloat16") == ([256.0], ["--values 257: bfloat16 holds it as 256"])
+
+
+def test_a_size_may_not_take_the_name_of_a_run_option(tmp_path):
+    folder = rows_family(tmp_path / "clash")
+    (folder / "task.toml").write_text((folder / "task.toml").read_text().replace("rows", "seed"))
+    with pytest.raises(UsageError, match="a size may not be called 'seed'"):
+        request.make(str(folder))
