@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import events, render
+from . import events, pch, render
 from .errors import BuildError
 from .registry import Family, Variant
 from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, setup_env
@@ -113,6 +113,8 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
             on_event(events.BUILD_START, variant=variant.name)
             shutil.rmtree(where, ignore_errors=True)  # a partial or corrupt entry: start clean
             where.mkdir(parents=True)
+            own = [f for f in args["extra_cflags"] if not f.startswith("-DKPLAY_NS=")]  # the build's flags, less its name
+            args["extra_cflags"] += pch.include_flags(args["cpp_sources"], own, on_event, variant.name)
             try:
                 load_inline(name=name, build_directory=str(where), is_python_module=False,
                             no_implicit_headers=True, verbose=False, **args)
