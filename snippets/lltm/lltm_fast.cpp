@@ -23,26 +23,12 @@
 #include <string>
 #include <tuple>
 
+#include "lltm_fast.h"
 #include "lt_matmul.h"
 
 using at::Tensor;
 using Forward = std::tuple<Tensor, Tensor, Tensor, Tensor>;          // new_h, new_cell, gates, X
 using Backward = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;  // d_input, d_weights, d_bias, d_old_h, d_old_cell
-
-// Defined in lltm_fast.cu, which includes no torch header: raw pointers, strides for the tensors we do not
-// allocate ourselves (autograd hands the backward broadcast gradients, stride 0), and the stream.
-// Each returns the launch's error.
-template <typename T>
-cudaError_t lltm_cat_launch(const T* old_h, int64_t old_h_s0, int64_t old_h_s1, const T* input, int64_t input_s0,
-                            int64_t input_s1, T* X, int64_t batch, int64_t state, int64_t features, cudaStream_t stream);
-template <typename T>
-cudaError_t lltm_forward_launch(const T* products, int64_t parts, const T* bias, const T* old_cell, int64_t old_cell_s0,
-                                int64_t old_cell_s1, T* gates, T* new_h, T* new_cell, int64_t batch, int64_t state,
-                                cudaStream_t stream);
-template <typename T>
-cudaError_t lltm_backward_launch(T* d_gates, T* d_old_cell, T* d_bias, const T* grad_h, int64_t grad_h_s0,
-                                 int64_t grad_h_s1, const T* grad_cell, int64_t grad_cell_s0, int64_t grad_cell_s1,
-                                 const T* new_cell, const T* gates, int64_t batch, int64_t state, cudaStream_t stream);
 
 #define CHECK_LAUNCH(call)                                                      \
   do {                                                                          \

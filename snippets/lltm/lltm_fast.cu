@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "lltm_fast.h"  // the launchers' declarations
+
 // Threads per block along the state dimension (the tutorial uses 1024).
 constexpr int kThreads = {{threads}};
 
