@@ -202,7 +202,11 @@ def _sizes(name: str, path, args: list[str], pairs: list[str] | None) -> dict:
         key, eq, value = arg[2:].partition("=")
         if not eq:
             if not rest or rest[0].startswith("--"):
-                raise UsageError(f"{arg} needs a value, e.g. {arg} 1000")
+                from playground.request import unknown_size
+
+                fam = registry.find(name, path)
+                known = key in fam.sizes or key == "values" and fam.values
+                raise UsageError(f"{arg} needs a value, e.g. {arg} 1000" if known else unknown_size(fam, key))
             value = rest.pop(0)
         sizes[key] = value
     fam = registry.find(name, path) if pairs else None

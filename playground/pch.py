@@ -31,10 +31,12 @@ def include_flags(sources: list[str], cflags: list[str], on_event, variant: str)
 
     flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", *[f"-isystem{p}" for p in include_paths()],
              f"-isystem{sysconfig.get_path('include')}", "-fPIC", "-std=c++20", *cflags]  # as load_inline's
-    salt = [version, torch.__version__, cpu_model(), flags]  # -march=native means this CPU: a shared cache must not mix
+    salt = [version, torch.__version__, cpu_model(), flags, HEADER]  # -march=native means this CPU: a shared cache must not mix
     key = hashlib.sha256(json.dumps(salt).encode()).hexdigest()[:12]
     folder = cache_dir() / "pch" / key
     header, done = folder / "kplay_aten.h", folder / "done"
+    if (folder / "failed").exists():  # this compiler refused once: no second 10 s attempt per build
+        return []
     if not done.exists():
         from .build import _locked
 
@@ -56,6 +58,7 @@ def _precompile(header, flags: list[str], on_event, variant: str) -> bool:
     done = subprocess.run([os.environ.get("CXX", "c++"), *flags, "-x", "c++-header", str(header), "-o", str(partial)],
                           capture_output=True)
     if done.returncode != 0:
+        (header.parent / "failed").write_text(done.stderr.decode(errors="replace")[-2000:])
         return False
     partial.rename(gch)
     (header.parent / "done").write_text("")

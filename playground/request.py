@@ -156,6 +156,8 @@ def _value(item: str, dtype: str) -> tuple[int | float, str]:
         exact = Decimal(item)
     except InvalidOperation:
         raise UsageError(f"--values {item}: not a number") from None
+    if exact.is_snan():
+        raise UsageError(f"--values {item}: a signalling NaN; write nan")
     if dtype in INT_RANGE:
         low, high = INT_RANGE[dtype]
         if not exact.is_finite() or exact != exact.to_integral_value():

@@ -81,11 +81,13 @@ def _finite(x):
     return x
 
 
-def resolve_device(device: str) -> str:
+def resolve_device(device: str, fam=None, variant: str | None = None) -> str:
+    """auto: cuda when a GPU is there and the run has a variant for it (a CPU-only family runs on the CPU)."""
     import torch
 
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        on_cuda = fam is None or any(v.name == variant or variant in (None, "all") for v in fam.variants_for("cuda"))
+        return "cuda" if torch.cuda.is_available() and on_cuda else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA GPU is visible here (torch.cuda.is_available() is False); use --device cpu")
     return device
@@ -93,11 +95,11 @@ def resolve_device(device: str) -> str:
 
 def chosen_baselines(spec: specs.Spec, req: requests.Request) -> dict:
     """The baselines this run times: --baseline picks, --skip-baseline drops; unknown names are errors."""
-    for name in (*req.baselines, *req.skip_baselines):
+    for option, name in [*(("--baseline", b) for b in req.baselines), *(("--skip-baseline", b) for b in req.skip_baselines)]:
         if name not in spec.baselines:
             close = difflib.get_close_matches(name, spec.baselines, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
-            raise UsageError(f"--baseline {name}: {req.family} has no such baseline; {hint}"
+            raise UsageError(f"{option} {name}: {req.family} has no such baseline; {hint}"
                              f"it has {', '.join(spec.baselines) or 'none'}")
     names = req.baselines or [n for n in spec.baselines if n not in req.skip_baselines][:1 if req.one_baseline else None]
     return {n: spec.baselines[n] for n in names}
@@ -110,7 +112,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     fam = req.load_family()
     spec = specs.load(fam)
     baselines = chosen_baselines(spec, req)
-    device = resolve_device(req.device)
+    device = resolve_device(req.device, fam, req.variant)
     chosen = fam.pick_variants(device, req.variant)
     built = {v.name: build(fam, v, req.params, on_event) for v in chosen}
     used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
@@ -137,7 +139,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
 
 def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> tuple[Check, str]:
     """The check at every case (_cases), on poisoned memory, in order."""
-    checks, stdout = [], ""
+    checks, shown = [], ""
     for label, make in _cases(spec, fam, req, main, dtype, device):
         on_event(events.CHECK, variant=variant, case=label)
         try:
@@ -145,7 +147,8 @@ def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> t
         except KernelCrash as e:
             raise KernelCrash(_in_sources(str(e), fam, fam.variants[variant])) from None
         checks.append(check)
-    return merge(checks), stdout
+        shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
+    return merge(checks), shown
 
 
 def _cases(spec, fam, req, main, dtype, device):

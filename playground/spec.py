@@ -139,13 +139,15 @@ def _shown(args: tuple) -> str:
 
 
 def _near_misses(family: str, module, hooks: dict) -> None:
-    """A public name within two letters of a hook it does not define ('tolerence') is a typo."""
+    """A public function within two letters of a hook the spec lacks ('tolerence') is a typo (one letter for a
+    short hook: 'extract' is not 'extra'); upper-case names are compared with the constants."""
     missing = [h for h in [*HOOKS, *CONSTANTS] if h not in hooks and not hasattr(module, h)]
     for name, value in vars(module).items():
         imported = inspect.ismodule(value) or callable(value) and getattr(value, "__module__", "") != module.__name__
-        if name.startswith("_") or imported or name in HOOKS or name in CONSTANTS:
+        if name.startswith("_") or imported or name in HOOKS or name in CONSTANTS or inspect.isclass(value):
             continue
-        close = [h for h in missing if _distance(name, h) <= 2]
+        kind = CONSTANTS if name.isupper() else HOOKS if inspect.isfunction(value) else ()
+        close = [h for h in missing if h in kind and _distance(name, h) <= min(2, len(h) // 4)]
         if close:
             raise UsageError(f"{family}: spec.py defines '{name}': did you mean '{close[0]}'?")
 

@@ -166,3 +166,44 @@ def test_a_size_may_not_take_the_name_of_a_run_option(tmp_path):
     (folder / "task.toml").write_text((folder / "task.toml").read_text().replace("rows", "seed"))
     with pytest.raises(UsageError, match="a size may not be called 'seed'"):
         request.make(str(folder))
+
+
+def test_auto_picks_the_cpu_for_a_run_with_nothing_for_the_gpu(monkeypatch):
+    import torch
+
+    from playground import registry, runner
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    sum_ = registry.find("sum")
+    assert runner.resolve_device("auto", sum_, None) == "cuda"
+    assert runner.resolve_device("auto", sum_, "cpp") == "cpu"  # a CPU variant, on a GPU machine
+    assert runner.resolve_device("auto", registry.find("sum"), "fast") == "cuda"
+
+
+def test_integers_above_2_53_are_compared_exactly():
+    import torch
+
+    from playground.check import compare
+
+    ref = torch.tensor([2**53 + 1], dtype=torch.int64)
+    assert not compare(torch.tensor([2**53], dtype=torch.int64), ref, 0.0, "exact").ok
+    assert compare(ref.clone(), ref, 0.0, "exact").ok
+
+
+def test_helpers_near_a_short_hook_are_not_typos():
+    class Module:
+        __name__ = "m"
+
+    module = Module()
+    for name in ("make_inputs", "reference", "tolerance", "call"):
+        setattr(module, name, lambda *a: None)
+    module.make_inputs = lambda sizes, dtype, device, gen: None
+
+    def extract(x):
+        return x
+
+    extract.__module__ = "m"
+    module.extract, module.flags = extract, [1]
+    assert spec.from_module("fam", module).extra is not None  # 'extract' and 'flags' are helpers, not typos
+    with pytest.raises(UsageError, match="values"):
+        request.parse_values("sNaN", "float32")
