@@ -4,6 +4,7 @@ A family's known-wrong kernels are listed in tests/wrong/<family>/wrong.toml (a 
 of, the source of its `variant`, default cpp); a family added later gets the first half by existing.
 """
 
+import re
 import shutil
 from pathlib import Path
 
@@ -41,12 +42,12 @@ def test_every_variant_passes(kplay, family, variant, device):
 
 
 def wrong_folder(tmp_path: Path, family: str, entry: dict) -> Path:
-    """A copy of the family with one variant, whose first source is the known-wrong one."""
+    """A copy of the family with one variant, whose first source (or `source`) is the known-wrong one."""
     fam = FAMILIES[family]
     variant = fam.variants[entry.get("variant", "cpp")]
     folder = tmp_path / family
     shutil.copytree(fam.path, folder)
-    source = folder / variant.sources[0]
+    source = folder / entry.get("source", variant.sources[0])
     if "file" in entry:
         shutil.copy(WRONG / family / entry["file"], source)
     else:
@@ -54,12 +55,10 @@ def wrong_folder(tmp_path: Path, family: str, entry: dict) -> Path:
         text = source.read_text()
         assert old in text, f"the patch no longer applies to {source.name}: {old!r}"
         source.write_text(text.replace(old, new))
-    toml = (folder / "task.toml").read_text().split("\n[variants.")[0]
-    sources = ", ".join(f'"{s}"' for s in variant.sources)
-    includes = ", ".join(f'"{s}"' for s in variant.includes)
-    flags = ", ".join(f'"{s}"' for s in variant.cflags)
-    (folder / "task.toml").write_text(toml + f'\n[variants.{variant.name}]\ndevice = "{variant.device}"\n'
-                                      f"sources = [{sources}]\nincludes = [{includes}]\ncflags = [{flags}]\n")
+    toml = folder / "task.toml"
+    sections = re.split(r"\n(?=\[)", toml.read_text())  # the header, then one chunk per [table]
+    keep = lambda s: not s.startswith("[variants.") or s.startswith(f"[variants.{variant.name}]")
+    toml.write_text("\n".join(filter(keep, sections)))  # its params stay; the other variants go
     return folder
 
 
