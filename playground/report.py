@@ -108,8 +108,19 @@ def _cells(t: dict, step: str | None, shape: Shape, baselines: dict, first_row: 
     for name in shape.baselines:
         base = baselines.get(name)
         theirs = base and (base["time"] if step is None else _clock(base).get(step))
-        cells.append(_num(theirs["median_s"] / stats["median_s"], "{:.2f}×") if theirs and stats else "-")
+        cells.append(_speedup(theirs, stats))
     return cells
+
+
+def _speedup(theirs: dict | None, ours: dict | None) -> str:
+    """Their time over ours; "same" where the medians differ by less than the larger noise (timing.same)."""
+    if not theirs or not ours or not ours["median_s"]:
+        return "-"
+    if theirs is ours:
+        return "1.00×"
+    if abs(theirs["median_s"] - ours["median_s"]) < max(theirs["noise"], ours["noise"]) * min(theirs["median_s"], ours["median_s"]):
+        return "same"
+    return f"{theirs['median_s'] / ours['median_s']:.2f}×"
 
 
 def _verdict(check: dict) -> str:
@@ -123,10 +134,10 @@ def _error(check: dict) -> str:
 
 
 def _spread(stats: dict | None) -> str:
-    """Half the interquartile range, as a share of the median."""
+    """The noise: the samples' relative standard deviation."""
     if not stats or not stats["median_s"]:
         return "-"
-    return f"{50 * (stats['q3_s'] - stats['q1_s']) / stats['median_s']:.0f}%"
+    return f"{100 * stats['noise']:.1f}%" if stats["noise"] < 0.1 else f"{100 * stats['noise']:.0f}%"
 
 
 # ---- kplay run -----------------------------------------------------------------------------------------
@@ -166,16 +177,20 @@ def _notes(r: dict) -> list:
     stats = first["time"] or next((b["time"] for b in r["baselines"].values()), None)
     if stats:
         peak = f"; copy bandwidth {r['peak_gbps']:.0f} GB/s measured here" if r["peak_gbps"] and r["device"] == "cuda" else ""
-        out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{peak}",
+        inputs = f" on {r['inputs_timed']} seeded inputs" if r.get("inputs_timed", 0) > 1 else ""
+        out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{inputs}{peak}",
                         style="dim"))
-        out.append(Text("±: half the interquartile range, as a share of the median", style="dim"))
+        out += _clocks(stats)
+        out.append(Text("±: noise (relative standard deviation); a speedup within it reads 'same'", style="dim"))
         if stats["median_s"] < CALL_PATH_S:
             out.append(Text(f"at under {seconds(CALL_PATH_S)} a call's time is mostly its path from Python through "
                             "the dispatcher, not the kernel's work", style="dim"))
     for v in r["variants"]:
         out += _printed(v)
         out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]
-    verdict = "[green b]PASS[/]" if r["ok"] else "[red b]FAIL[/]: the output does not match the reference"
+    timing = all(m.startswith("timing:") for v in r["variants"] if not v["check"]["ok"] for m in v["check"]["mismatches"])
+    why = "the timing cannot be trusted" if timing else "the output does not match the reference"
+    verdict = "[green b]PASS[/]" if r["ok"] else f"[red b]FAIL[/]: {why}"
     return out + [Text.from_markup(verdict)]
 
 
@@ -185,6 +200,15 @@ def _short_cases(cases: list[str]) -> list[str]:
     same = set(main.split())
     shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if c.removesuffix(" probed") != main]
     return shown + [f"and {main}" + (" (also probed)" if cases[-1].endswith(" probed") else "")]
+
+
+def _clocks(stats: dict) -> list[Text]:
+    """The SM clock over the kept samples (NVML), and how many samples a throttled clock cost."""
+    if not stats.get("clock_mhz"):
+        return []
+    low, mid, high = stats["clock_mhz"]
+    dropped = f"; {stats['dropped']} samples dropped below 75% of the maximum" if stats["dropped"] else ""
+    return [Text(f"SM clock {low:,}–{high:,} MHz (median {mid:,}){dropped}", style="dim")]
 
 
 def _printed(v: dict) -> list:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 
 from . import events, render, request as requests, spec as specs
 from .build import BuildInfo, build
-from .check import Check, compare, failed, merge
+from .check import Check, as_tuple, compare, failed, merge
 from .errors import CHECK_FAILED, PASSED, KernelCrash, UsageError
 from .timing import Stats
 
@@ -54,6 +55,7 @@ class RunResult:
     params: dict  # the parameters the chosen variants use
     torch: str
     peak_gbps: float | None = None
+    inputs_timed: int = 0  # the seeded inputs the timed calls took turns on
     baselines: dict = field(default_factory=dict)  # name -> BaselineResult
     variants: list[VariantResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -166,36 +168,124 @@ def _cases(spec, fam, req, main, dtype, device):
         yield label(req.sizes) + " probed", lambda: spec.probe(main, dtype, torch.Generator().manual_seed(req.seed + 1))
 
 
+POOL_BYTES = 256 << 20  # the timed inputs together exceed this (and so any L2) where memory allows
+POOL_MAX = 8  # but there are never more than this many (each costs a make_inputs and a reference)
+
+
 def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
-    """Time every variant and baseline in one round-robin; fill in the rates and the speedups."""
+    """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
+    fill in the rates and the speedups."""
     from .timing import bench, copy_bandwidth
 
     device = result.device
-    steps = {("variant", v): spec.timings(spec.function(ops[v], v), inputs) for v in ops}
-    steps |= {("baseline", b): spec.timings(fn, inputs) for b, fn in baselines.items()}
-    fns = {(*who, label): f for who, labelled in steps.items() for label, f in labelled.items()}
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
     flops = spec.flops(req.sizes) if spec.flops else 0
+    pool = _pool(spec, req, inputs, dtype, device, nbytes)
+    expected = [(spec.reference(*x), as_tuple(spec.tolerance(*x, dtype)[0])) for x in pool]
+    steps = {("variant", v): [spec.timings(spec.function(ops[v], v), x) for x in pool] for v in ops}
+    steps |= {("baseline", b): [spec.timings(fn, x) for x in pool] for b, fn in baselines.items()}
+    fns = {(*who, label): [s[label] for s in each] for who, each in steps.items() for label in each[0]}
+    deviations = {key: [] for key in fns if key[0] == "variant"}
+
+    def observe(key, k, out):  # each timed call's output against the reference for its own input, untimed
+        if key in deviations:
+            deviations[key].append((k, _deviation(out, expected[k][0])))
+
     try:
         # Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
         # own (as in a model that runs the op step after step), from an idle GPU (the events then include
         # the host's path to the first kernel), and also on a synchronized wall clock.
-        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock)
+        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock, observe=observe)
         walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
     except Exception as e:  # a kernel that passed the check and fails when timed
         raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None
     result.peak_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
+    result.inputs_timed = len(pool)
     rates = dict(nbytes=nbytes, flops=flops, peak=result.peak_gbps)
     for name in baselines:
         key = ("baseline", name)
-        result.baselines[name] = _timed(BaselineResult(name=name), key, steps[key], stats, walls, rates)
+        result.baselines[name] = _timed(BaselineResult(name=name), key, steps[key][0], stats, walls, rates)
     for v in result.variants:
         key = ("variant", v.variant)
-        _timed(v, key, steps[key], stats, walls, rates)
+        _timed(v, key, steps[key][0], stats, walls, rates)
         v.speedups = {b: {label: t.median_s / (v.walls or v.timings)[label].median_s
                           for label, t in (base.walls or base.timings).items()} for b, base in result.baselines.items()}
         first = next(iter(result.baselines.values()), None)
         v.speedup = first.time.median_s / v.time.median_s if first else None
+        found = [*_timed_outputs(deviations, key, expected, v.timings), *_unseen_work(v.timings), *_impossible(v, device)]
+        if found:
+            v.check = dataclasses.replace(v.check, ok=False, mismatches=v.check.mismatches + found)
+
+
+def _pool(spec, req, main, dtype, device, nbytes) -> list:
+    """The inputs the timed calls take turns on: `main` and more seeded ones, so that no two consecutive calls
+    see the same pointer or the same data (a result cached by pointer or by content does not pay)."""
+    import torch
+
+    want = max(3, min(POOL_MAX, -(-POOL_BYTES // max(nbytes, 1))))
+    free = torch.cuda.mem_get_info()[0] if device == "cuda" else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    count = max(2, min(want, free // 4 // max(nbytes, 1)))  # a quarter of the free memory at most
+    return [main, *(_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k) for k in range(1, count))]
+
+
+def _deviation(out, ref):
+    """The largest |out - ref| of each output the timed step returned (a forward: the first outputs), as one
+    tensor left on the device (no sync inside the timing loop); empty where there is nothing to compare."""
+    import torch
+
+    outs, refs = as_tuple(out), as_tuple(ref)
+    pairs = [(o, r) for o, r in zip(outs, refs) if isinstance(o, torch.Tensor) and o.shape == r.shape and o.numel()]
+    if not pairs or len(outs) > len(refs):
+        return None
+    return torch.stack([(o.detach().double() - r.to(o.device).double()).abs().max() for o, r in pairs])
+
+
+def _timed_outputs(deviations, key, expected, timings) -> list[str]:
+    """A timed call whose output is not the reference of its own input: a result cached from another call,
+    or work still running when the output was read."""
+    for label in timings:
+        for k, dev in deviations.get((*key[:2], label), []):
+            if dev is None:
+                continue
+            tols = expected[k][1] * len(dev) if len(expected[k][1]) == 1 else expected[k][1][:len(dev)]
+            worst = dev.cpu().tolist()
+            if any(not (e <= t) for e, t in zip(worst, tols)):  # NaN fails too
+                return [f"timing: {label} on timed input {k + 1} was off by {max(worst):.3g} (tolerance {max(tols):.3g}): a "
+                        f"result kept from another call?"]
+    return []
+
+
+def _unseen_work(timings) -> list[str]:
+    """The host clock (ended by a device-wide sync) against the events on PyTorch's stream. An honest call
+    exceeds its events by what recording them and syncing cost (the empty call's excess, measured in the
+    same run) plus the host's jitter; work the events did not wait for, on another stream, adds its time."""
+    for label, t in timings.items():
+        if t.host_s is None or t.host_floor_s is None:
+            continue
+        excess, allowed = t.host_s - t.median_s, 2 * t.host_floor_s + 0.1 * t.median_s + 5e-6
+        if excess > allowed:
+            return [f"timing: {label}: a device-wide sync waited {excess * 1e6:,.0f} us longer than the events on "
+                    f"PyTorch's stream (allowed {allowed * 1e6:,.0f} us): work on another stream?"]
+    return []
+
+
+def _impossible(v, device) -> list[str]:
+    """On a GPU, a bandwidth above the device's peak is an error in the timing, not a speedup."""
+    peak = _peak_gbps(device)
+    if v.gbps and peak and v.gbps > peak:
+        return [f"timing: {v.gbps:,.0f} GB/s is above this GPU's peak of {peak:,.0f} GB/s: the timer missed the work"]
+    return []
+
+
+def _peak_gbps(device) -> float | None:
+    """The memory's peak: 2 (double data rate) x memory clock x bus width / 8, as nvbench computes it."""
+    import torch
+
+    if device != "cuda":
+        return None
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    clock_khz, bus_bits = getattr(p, "memory_clock_rate", 0), getattr(p, "memory_bus_width", 0)
+    return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
 
 
 def _timed(target: Timed, key: tuple, labels, stats: dict, walls: dict, rates: dict) -> Timed:
@@ -247,19 +337,24 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
     before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
     if spec.output_like:
         _poison(spec.output_like(*inputs))
+    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
     try:
         with stdout_fd() as printed:
             out = spec.call(ops, variant, *inputs)
-            if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
-                torch.cuda.synchronize()
+            if cuda and spec.from_stdout:
+                torch.cuda.synchronize()  # a kernel's printf reaches stdout at a synchronize
+        if spec.from_stdout:
+            try:
+                out = spec.from_stdout(printed.text, *inputs)
+            except AssertionError as e:
+                return failed(str(e), source, case), printed.text
+        # Each output is read in stream order on PyTorch's current stream, before any device-wide sync:
+        # a kernel whose work is still running on another stream gives what the poisoned memory held.
+        result = compare(out, ref, tol, source, case, spec.outputs)
+        if cuda:
+            torch.cuda.synchronize()  # an error in work that nothing read shows here
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {_first_line(e)}") from None
-    if spec.from_stdout:
-        try:
-            out = spec.from_stdout(printed.text, *inputs)
-        except AssertionError as e:
-            return failed(str(e), source, case), printed.text
-    result = compare(out, ref, tol, source, case, spec.outputs)
     for k, (a, b) in enumerate(zip(before, inputs)):
         if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
             result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)

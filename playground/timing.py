@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -10,6 +11,8 @@ from typing import Callable
 
 MIN_SAMPLES = 30
 MAX_SAMPLES = 2000
+NOISE_TARGET = 0.01  # sampling stops once every contender's noise is below this (or the budget is spent)
+MIN_CLOCK = 0.75  # samples taken while the SM clock was below this share of its maximum are dropped (nvbench's)
 
 
 @dataclass(frozen=True)
@@ -19,78 +22,163 @@ class Stats:
     q3_s: float
     samples: int
     method: str
+    noise: float = 0.0  # the samples' relative standard deviation, as nvbench reports it
+    host_s: float | None = None  # CUDA events: the median of the same calls on a host clock ended by a device-wide sync
+    host_floor_s: float | None = None  # what that host clock exceeds the events by for an empty call (same run)
+    dropped: int = 0  # samples dropped because the SM clock was below MIN_CLOCK of its maximum
+    clock_mhz: tuple | None = None  # the SM clock over the kept samples: (min, median, max), where NVML reads it
 
     @property
     def iqr_s(self) -> float:
         return self.q3_s - self.q1_s
 
 
-def _stats(samples: list[float], method: str) -> Stats:
+def _stats(samples: list[float], method: str, **extra) -> Stats:
     q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else samples * 3
-    return Stats(median_s=med, q1_s=q1, q3_s=q3, samples=len(samples), method=method)
+    return Stats(median_s=med, q1_s=q1, q3_s=q3, samples=len(samples), method=method, noise=_noise(samples), **extra)
 
 
-def bench(fns: dict[str, Callable | tuple[Callable, Callable]], device: str, budget_s: float = 0.3,
-          working_set: int = 0, wall: bool = False, warm: bool = False) -> dict[str, Stats]:
+def _noise(samples: list[float]) -> float:
+    return statistics.stdev(samples) / statistics.fmean(samples) if len(samples) > 1 and statistics.fmean(samples) else 0.0
+
+
+def same(a: Stats, b: Stats) -> bool:
+    """Two timings are the same when their medians differ by less than the larger of their noises."""
+    return abs(a.median_s - b.median_s) < max(a.noise, b.noise) * min(a.median_s, b.median_s)
+
+
+def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, wall: bool = False,
+          warm: bool = False, observe: Callable | None = None, noise_target: float = NOISE_TARGET) -> dict[str, Stats]:
     """Time each function, taking turns so drift hits all alike; on CUDA with events (or a synced wall clock).
 
-    A (prepare, run) pair times run(*prepare()) alone: a backward needs a fresh graph, untimed.
+    A (prepare, run) pair times run(*prepare()) alone: a backward needs a fresh graph, untimed. A list of
+    them is one contender on several inputs: round k times entry k % len, so consecutive calls never see the
+    same input, and observe(name, k, output) sees every timed call's output, untimed.
     warm (for host-bound ops): each sample follows one untimed call of the same function, as when a model
     runs one op step after step (otherwise it follows another contender's, and pays for the CPU's cold
     caches), and starts from an idle GPU, so the host's path to the first kernel counts in the events too;
     no L2 flush: a model's weights stay in the cache from step to step.
+    Sampling stops when every contender's noise is below noise_target (after MIN_SAMPLES) or the budget is spent.
     """
-    fns = {k: f if isinstance(f, tuple) else (tuple, f) for k, f in fns.items()}
     import torch
 
+    fns = {k: [_pair(f) for f in f] if isinstance(f, list) else [_pair(f)] for k, f in fns.items()}
     cuda = device == "cuda"
-    flush = _l2_flusher(working_set) if cuda and not wall and not warm else None
+    events = cuda and not wall
+    if events:
+        fns[EMPTY] = [(tuple, lambda: None)]  # what recording the events and the device-wide sync cost alone
+    flush = _l2_flusher(working_set) if events and not warm else None
     method = "perf_counter" if not cuda else "synchronized wall clock" if wall else "CUDA events"
     if flush:
         method += ", L2 flushed"
     if warm:
         method += ", each call after one of its own, from an idle GPU" if cuda else ", each call after one of its own"
-    for prepare, run in fns.values():  # warm-up: caches, lazy init, allocator
-        for _ in range(3):
+    for pairs in fns.values():  # warm-up: caches, lazy init, allocator
+        for prepare, run in pairs * 3:
             run(*prepare())
     if cuda:
         torch.cuda.synchronize()
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    start = time.perf_counter()
+    clock = _SmClock() if cuda else None
+    samples: dict[str, list] = {k: [] for k in fns}
+    start, rounds = time.perf_counter(), 0
     while True:
-        for name, (prepare, run) in fns.items():
+        mhz = clock.read() if clock else None
+        for name, pairs in fns.items():
+            k = rounds % len(pairs)
+            prepare, run = pairs[k]
             args = prepare()
             if warm:
                 run(*args)
                 args = prepare()
                 if cuda:
                     torch.cuda.synchronize()
-            samples[name].append(_one(run, args, cuda, wall, flush))
-        n, spent = len(samples[name]), time.perf_counter() - start
-        if n >= MAX_SAMPLES or (n >= MIN_SAMPLES and spent >= budget_s) or (n >= 5 and spent >= 20 * budget_s):
+            seconds, host, out = _one(run, args, cuda, events, flush)
+            samples[name].append((seconds, host, mhz))
+            if observe and name != EMPTY:
+                observe(name, k, out)
+        rounds += 1
+        spent = time.perf_counter() - start
+        quiet = rounds >= MIN_SAMPLES and rounds % 10 == 0 and all(
+            _noise([s[0] for s in v]) < noise_target for k, v in samples.items() if k != EMPTY)
+        if rounds >= MAX_SAMPLES or (rounds >= MIN_SAMPLES and (spent >= budget_s or quiet)) or (rounds >= 5 and spent >= 20 * budget_s):
             break
-    return {k: _stats(v, method) for k, v in samples.items()}
+    stats = {k: _summary(v, method, clock) for k, v in samples.items()}
+    if events:
+        empty = stats.pop(EMPTY)
+        stats = {k: dataclasses.replace(v, host_floor_s=empty.host_s - empty.median_s) for k, v in stats.items()}
+    return stats
 
 
-def _one(fn, args, cuda: bool, wall: bool, flush) -> float:
+EMPTY = "(empty call)"  # bench's own contender on CUDA events: the floor of the host clock's excess
+
+
+def _pair(f):
+    return f if isinstance(f, tuple) else (tuple, f)
+
+
+def _summary(samples: list, method: str, clock) -> Stats:
+    """Stats of the samples taken at a full clock; the rest are counted as dropped."""
+    kept = [s for s in samples if clock is None or s[2] is None or s[2] >= MIN_CLOCK * clock.max_mhz]
+    kept = kept or samples  # all throttled: keep them rather than report nothing (the count says so)
+    mhz = sorted(s[2] for s in kept if s[2] is not None)
+    return _stats([s[0] for s in kept], method, dropped=len(samples) - len(kept),
+                  host_s=statistics.median(s[1] for s in kept) if kept[0][1] is not None else None,
+                  clock_mhz=(mhz[0], mhz[len(mhz) // 2], mhz[-1]) if mhz else None)
+
+
+def _one(fn, args, cuda: bool, events: bool, flush) -> tuple[float, float | None, object]:
+    """(seconds, host seconds or None, output) of one call. With events, the host clock runs from before
+    the start event to after a device-wide synchronize: work on any stream ends it, not only PyTorch's."""
     import torch
 
-    if not cuda or wall:
+    if not events:
         if cuda:
             torch.cuda.synchronize()
         t = time.perf_counter()
-        fn(*args)
+        out = fn(*args)
         if cuda:
             torch.cuda.synchronize()
-        return time.perf_counter() - t
+        return time.perf_counter() - t, None, out
     if flush:
         flush()
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
     begin.record()
-    fn(*args)
+    out = fn(*args)
     end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / 1e3
+    torch.cuda.synchronize()
+    return begin.elapsed_time(end) / 1e3, time.perf_counter() - t, out
+
+
+class _SmClock:
+    """The SM clock through NVML (nvidia-ml-py), where it is installed; otherwise reads None."""
+
+    def __init__(self):
+        import torch
+
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(torch.cuda.current_device()))
+            self.max_mhz = pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM)
+        except Exception:  # no nvidia-ml-py, or no NVML on this machine
+            self._nvml, self.max_mhz = None, None
+
+    def read(self) -> int | None:
+        try:
+            return self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM) if self._nvml else None
+        except Exception:
+            return None
+
+
+def _nvml_index(device: int) -> int:
+    """NVML numbers every GPU; CUDA only the visible ones: map through CUDA_VISIBLE_DEVICES when it is a list."""
+    import os
+
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip().isdigit()]
+    return int(visible[device]) if device < len(visible) else device
 
 
 def _l2_flusher(working_set: int):

@@ -1,0 +1,136 @@
+"""Issue 16: timing that no kernel can fool (fresh inputs, every call checked, every stream, noise, clocks)."""
+
+import json
+import statistics
+import sys
+
+import pytest
+import torch
+
+from conftest import WRONG
+from playground import runner
+from playground.timing import Stats, bench, same
+
+
+def stats(median, noise, **kw):
+    return Stats(median, median, median, 30, "perf_counter", noise=noise, **kw)
+
+
+def test_noise_is_the_relative_standard_deviation():
+    from playground.timing import _stats
+
+    samples = [1.0, 1.1, 0.9, 1.0, 1.2, 0.8]
+    assert _stats(samples, "x").noise == pytest.approx(statistics.stdev(samples) / statistics.fmean(samples))
+
+
+def test_two_medians_within_the_larger_noise_are_the_same():
+    assert same(stats(1.00, 0.03), stats(1.02, 0.01))
+    assert not same(stats(1.00, 0.01), stats(1.05, 0.02))
+    assert not same(stats(1.0, 0.0), stats(1.0000001, 0.0))
+
+
+def test_a_quiet_contender_stops_sampling_early():
+    """Noise under the target ends sampling long before the budget (the edit loop gets faster)."""
+    quiet = bench({"a": lambda: None}, "cpu", budget_s=60.0, noise_target=10.0)
+    assert quiet["a"].samples < 100
+
+
+def test_rotation_gives_consecutive_calls_different_inputs_and_observe_sees_every_call():
+    seen, observed = [], []
+    fns = {"f": [(lambda k=k: (k,), lambda k: seen.append(k) or k) for k in range(3)]}
+    out = bench(fns, "cpu", budget_s=0.0, observe=lambda name, k, o: observed.append((k, o)))
+    timed = seen[9:]  # after the warm-up, three calls of each input
+    assert len(timed) == out["f"].samples and all(a != b for a, b in zip(timed, timed[1:]))
+    assert observed == [(k, k) for k in timed]
+
+
+def test_a_timed_call_that_returns_another_inputs_answer_fails():
+    """A result kept from the previous call is caught in the timing loop, not only in the check."""
+    pool = [torch.randn(1000, generator=torch.Generator().manual_seed(k)) for k in range(3)]
+    expected = [(x.double().sum(), (1e-3,)) for x in pool]
+    last = {}
+
+    def stale(x):  # returns the answer of the call before: a result cache keyed by nothing
+        answer, last["x"] = last.get("x", x).sum(), x
+        return answer
+
+    deviations = {("variant", "v", "call"): []}
+    bench({("variant", "v", "call"): [(lambda x=x: (x,), stale) for x in pool]}, "cpu", budget_s=0.0,
+          observe=lambda key, k, out: deviations[key].append((k, runner._deviation(out, expected[k][0]))))
+    found = runner._timed_outputs(deviations, ("variant", "v"), expected, {"call": None})
+    assert found and "timed input" in found[0] and found[0].startswith("timing:")
+    honest = {("variant", "v", "call"): [(k, runner._deviation(x.sum(), expected[k][0])) for k, x in enumerate(pool)]}
+    assert runner._timed_outputs(honest, ("variant", "v"), expected, {"call": None}) == []
+
+
+def test_host_clock_far_above_the_events_means_unseen_work():
+    honest = {"call": stats(100e-6, 0.01, host_s=130e-6, host_floor_s=12e-6)}
+    fooled = {"call": stats(5e-6, 0.01, host_s=105e-6, host_floor_s=12e-6)}
+    assert runner._unseen_work(honest) == []
+    assert "another stream" in runner._unseen_work(fooled)[0]
+    assert runner._unseen_work({"call": stats(5e-6, 0.01)}) == []  # CPU: no events, nothing to compare
+
+
+def test_a_run_times_several_seeded_inputs_and_says_so(kplay):
+    result = kplay("run", "sum", "--device", "cpu", "--n", "1e4", "--json")
+    record = json.loads(result.stdout)
+    assert result.exit_code == 0 and record["inputs_timed"] >= 3
+    assert record["variants"][0]["time"]["noise"] > 0
+    text = kplay("run", "sum", "--device", "cpu", "--n", "1e4").output
+    assert f"on {record['inputs_timed']} seeded inputs" in text and "±: noise" in text
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------------
+
+@pytest.mark.cuda
+def test_work_left_on_a_side_stream_is_seen_by_the_host_clock():
+    x = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+
+    def sneaky():  # the answer on PyTorch's stream, the real work on another nobody waits for
+        with torch.cuda.stream(side):
+            for _ in range(20):
+                x @ x
+        return x[0, 0]
+
+    timed = bench({"f": sneaky, "honest": lambda: x @ x}, "cuda", budget_s=0.2)
+    assert runner._unseen_work({"call": timed["f"]}) and not runner._unseen_work({"call": timed["honest"]})
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.parametrize("family, args", [("sum", ["--n", "1e6"]), ("sum", ["--n", "1e8"]), ("lltm", []),
+                                          ("linear", [])])
+def test_every_correct_cuda_variant_passes_the_timing_guards(kplay, family, args):
+    result = kplay("run", family, "--device", "cuda", "--variant", "all", *args, "--json")
+    record = json.loads(result.stdout)
+    assert result.exit_code == 0, [v["check"]["mismatches"] for v in record["variants"]]
+    assert record["inputs_timed"] >= 2
+
+
+@pytest.mark.cuda
+def test_a_result_cached_by_pointer_no_longer_pays(kplay, tmp_path):
+    """The planted cheat of issue 16: the launcher remembers the last input and replays its answer. It
+    reported 5.6-6.6x torch.sum at '474% of copy'; with the inputs taking turns it has nothing to replay."""
+    sys.path.insert(0, str(WRONG.parent))
+    from test_wrong import wrong_folder
+
+    folder = wrong_folder(tmp_path, "sum", CACHED_RESULT)
+    result = kplay("run", folder, "--device", "cuda", "--n", "1e8", "--json")
+    record = json.loads(result.stdout)
+    fast = record["variants"][0]
+    assert result.exit_code == 0 and fast["speedup"] < 1.5, fast
+    assert fast["gbps"] < runner._peak_gbps("cuda")
+
+
+LAUNCH = ("  sum_fast_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, head, out, partials, ticket);\n"
+          "  return error_or_null(cudaGetLastError());")
+CACHED_RESULT = {"variant": "fast", "source": "sum_fast.cu", "patch": [LAUNCH, """\
+  static const void* last = nullptr;  // the cheat: the last input, its size and its answer
+  static int64_t last_n = 0;
+  static T* saved = nullptr;
+  if (!saved) cudaMalloc(&saved, sizeof(T));
+  if (x == last && n == last_n)
+    return error_or_null(cudaMemcpyAsync(out, saved, sizeof(T), cudaMemcpyDeviceToDevice, stream));
+  last = x, last_n = n;
+""" + LAUNCH.replace("  return", "  cudaMemcpyAsync(saved, out, sizeof(T), cudaMemcpyDeviceToDevice, stream);\n  return")]}
