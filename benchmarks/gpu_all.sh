@@ -15,6 +15,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.
     echo "$name: exit $? after $((SECONDS - start)) s" | tee -a $R/summary.txt
     tar czf $OUT/results.tgz -C $R .  # after every step: a call cut short still returns what ran
 }
+pip install -q --no-deps .whl/*.whl > $R/pip.txt 2>&1  # carried wheels: nvidia-ml-py (NVML clocks)
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
