@@ -155,13 +155,14 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
         dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
         no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
         baseline: Baselines = None, skip_baseline: Skip = None, no_compile: NoCompile = False, json_: Json = False,
-        path: Path_ = None, help_: Help = False):
+        path: Path_ = None, help_: Help = False,
+        against: Annotated[Optional[Path], typer.Option(help="A --json record of an earlier run: faster, slower or same, per variant.")] = None):
     """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
 
     The kernel's sizes are options too: [b]kplay run sum --n 1e7[/b], [b]kplay run lltm --batch 64[/b]
     ([b]kplay run NAME --help[/b] lists them).
     """
-    from playground import isolate, request
+    from playground import compare, isolate, request
 
     if help_ or name is None:
         return _family_help(ctx, name, path)
@@ -169,14 +170,17 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
                        sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path, bench=not no_bench,
                        baselines=baseline or (), skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)],
                        timeout=timeout)
+    before = compare.load(against) if against else None
     with _progress() as on_event:
         result = isolate.run(req, on_event)
     if json_:
         print(json.dumps(result, indent=2))
     else:
-        from playground.report import run_report
+        from playground.report import against_table, run_report
 
         out.print(run_report(result))
+        if before:
+            out.print(against_table(before, result))
     raise typer.Exit(result["exit_code"])
 
 

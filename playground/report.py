@@ -394,3 +394,22 @@ def write_csv(records: list[dict], path: str) -> None:
         writer = csv.DictWriter(f, ["family", "device", "dtype", *sizes, *COLUMNS], restval="")
         writer.writeheader()
         writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in table)
+
+
+# ---- kplay run --against ---------------------------------------------------------------------------------
+
+def against_table(before: dict, after: dict) -> Group:
+    """Each contender's median before and now, the ratio, and the verdict (compare.verdict)."""
+    from .compare import differences, rows
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    for header, justify in [("against before", "left"), ("before", "right"), ("±", "right"), ("now", "right"),
+                            ("±", "right"), ("×", "right"), ("verdict", "left")]:
+        table.add_column(header, justify=justify, no_wrap=True)
+    style = {"faster": "green", "slower": "red", "same": "dim"}
+    for name, old, new, word in rows(before, after):
+        table.add_row(name, seconds(old["median_s"]), _spread(old), seconds(new["median_s"]), _spread(new),
+                      f"{old['median_s'] / new['median_s']:.2f}×", f"[{style[word]}]{word}[/]")
+    notes = [Text(f"warning: not like for like: {d}", style="yellow") for d in differences(before, after)]
+    rule = "same: medians within the larger noise, or interquartile ranges that overlap"
+    return Group(table, *notes, Text(rule, style="dim"))
