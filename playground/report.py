@@ -195,11 +195,14 @@ def _notes(r: dict) -> list:
 
 
 def _short_cases(cases: list[str]) -> list[str]:
-    """Each test size as what differs from the requested (last) one: 'batch=1' for 'batch=1 features=32 ...'."""
-    main = cases[-1].removesuffix(" probed")
+    """Each test size as what differs from the requested one: 'batch=1' for 'batch=1 features=32 ...'; the
+    requested size last, with how else it was checked (probed, reused)."""
+    extras = ("probed", "reused")
+    main = next(c for c in reversed(cases) if not c.endswith(tuple(f" {e}" for e in extras)))
     same = set(main.split())
-    shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if c.removesuffix(" probed") != main]
-    return shown + [f"and {main}" + (" (also probed)" if cases[-1].endswith(" probed") else "")]
+    shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if not c.startswith(main)]
+    also = [e for e in extras if f"{main} {e}" in cases]
+    return shown + [f"and {main}" + (f" (also {' and '.join(also)})" if also else "")]
 
 
 def _clocks(stats: dict) -> list[Text]:
