@@ -155,6 +155,8 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
         dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
         no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
         baseline: Baselines = None, skip_baseline: Skip = None, no_compile: NoCompile = False, json_: Json = False,
+        sanitize: Annotated[Optional[str], typer.Option(help="Check under compute-sanitizer: memcheck, racecheck, synccheck or initcheck (no timing).", show_default=False)] = None,
+        verbose: Annotated[bool, typer.Option("--verbose", help="With --sanitize: the tool's whole output.")] = False,
         path: Path_ = None, help_: Help = False):
     """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
 
@@ -165,19 +167,76 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
 
     if help_ or name is None:
         return _family_help(ctx, name, path)
+    if sanitize:
+        device = _sanitized_device(sanitize, device)
     req = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed,
-                       sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path, bench=not no_bench,
-                       baselines=baseline or (), skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)],
-                       timeout=timeout)
+                       sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path,
+                       bench=not no_bench and not sanitize, baselines=baseline or (),
+                       skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)], timeout=timeout,
+                       lineinfo=bool(sanitize))
     with _progress() as on_event:
-        result = isolate.run(req, on_event)
+        if sanitize:
+            from playground import sanitize as sanitizer
+
+            _need_gpu(f"--sanitize {sanitize}")
+            result = sanitizer.run(req, sanitize, on_event)
+        else:
+            result = isolate.run(req, on_event)
     if json_:
         print(json.dumps(result, indent=2))
     else:
         from playground.report import run_report
 
-        out.print(run_report(result))
+        if "variants" in result:
+            out.print(run_report(result))
+        if sanitize:
+            out.print(sanitizer.report(result, verbose))
     raise typer.Exit(result["exit_code"])
+
+
+def _sanitized_device(tool: str, device: Device) -> Device:
+    """--sanitize checks CUDA kernels: a known tool, the tool there, and not --device cpu (each one line, exit 2)."""
+    from playground import sanitize
+
+    sanitize.tool_name(tool)
+    if device == Device.cpu:
+        raise UsageError(f"--sanitize {tool}: compute-sanitizer checks CUDA kernels; drop --device cpu")
+    sanitize.executable()
+    return Device.cuda
+
+
+def _need_gpu(what: str) -> None:
+    """A GPU, asked before a tool starts the child (the tool's own message would be less clear)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"{what} needs a CUDA GPU, and none is visible here (torch.cuda.is_available() is False)")
+
+
+@app.command(context_settings=FAMILY_OPTIONS)
+@friendly
+def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev = Device.cuda,
+            variant: Variant = None, dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
+            no_ncu: Annotated[bool, typer.Option("--no-ncu", help="Skip the second run under Nsight Compute (ncu).")] = False,
+            json_: Json = False, path: Path_ = None, help_: Help = False):
+    """Profile one call at the requested size: its kernels, their time and launch, GB/s; ncu's figures where it can.
+
+    The family's first baseline (e.g. torch.sum) is profiled beside it. [b]kplay profile sum --variant fast --n 1e8[/b]
+    """
+    from playground import profile as profiler, request
+
+    if help_ or name is None:
+        return _family_help(ctx, name, path)
+    profiler.check_device(device.value)
+    req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(name, path, ctx.args, size),
+                       params=param or [], paths=path, timeout=timeout, mode="profile")
+    _need_gpu("kplay profile")
+    with _progress() as on_event:
+        result = profiler.run(req, on_event, ncu=not no_ncu)
+    if json_:
+        print(json.dumps(result, indent=2))
+    else:
+        out.print(profiler.report(result))
 
 
 def _family_help(ctx: typer.Context, name: str | None, path) -> None:
@@ -319,8 +378,8 @@ def _events(progress, task, cached_lines: bool = True):
             progress.console.print(f"[green]✓[/] {data['variant']}: {how}", highlight=False)
         elif event == events.CHECK:
             progress.update(task, description=f"checking {data['variant']} at {data['case']}")
-        elif event == events.PHASE and data["phase"] == "time":
-            progress.update(task, description="timing")
+        elif event == events.PHASE and data["phase"] in ("time", "profile", "ncu"):
+            progress.update(task, description={"time": "timing", "profile": "profiling", "ncu": "profiling under ncu"}[data["phase"]])
 
     return on_event
 
