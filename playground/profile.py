@@ -124,14 +124,15 @@ def gpu_work(trace: dict) -> list[dict]:
     rows = []
     for e in sorted((e for e in trace.get("traceEvents", []) if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
         a = e.get("args", {})
-        rows.append({"kind": GPU_WORK[e["cat"]], "name": e["name"], "short": short_name(e["name"]),
+        kind = GPU_WORK[e["cat"]]
+        rows.append({"kind": kind, "name": e["name"], "short": short_name(e["name"]) if kind == "kernel" else kind,
                      "us": float(e.get("dur", 0.0)), "grid": a.get("grid"), "block": a.get("block"),
                      "registers": a.get("registers per thread"), "shared_bytes": a.get("shared memory"),
                      "occupancy_pct": a.get("est. achieved occupancy %")})
     return rows
 
 
-def short_name(name: str, width: int = 30) -> str:
+def short_name(name: str, width: int = 28) -> str:
     """'void sum_tree_kernel<float>(float const*, long, float*)' -> 'sum_tree_kernel<float>'; a long template
     keeps its name: 'at::native::reduce_kernel<…>'."""
     name = name.removeprefix("void ")
@@ -178,7 +179,7 @@ def _number(text: str) -> float | None:
 def first_sentence(text: str) -> str:
     """ncu's rule text, cut to its first sentence ('... (100.0%) and ... (85.0%) can be ...' stays whole)."""
     text = re.sub(r"\s*\(https?://[^)]*\)", "", text).strip()
-    m = re.search(r"(?<=[a-z0-9%)\]])\.\s+(?=[A-Z])", text)
+    m = re.search(r"(?<=[A-Za-z0-9%)\]])\.\s+(?=[A-Z])", text)
     return text[:m.start() + 1] if m else text
 
 
@@ -257,21 +258,17 @@ def check_device(device: str) -> None:
 
 def report(r: dict):
     """Per contender its kernels (time, share, launch, registers, shared memory), the call's GB/s; ncu's lines."""
-    from rich import box
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     sizes = " · ".join(f"{k}={v:,}" for k, v in r["sizes"].items())
     peak = f" · peak {r['peak_gbps']:,.0f} GB/s" if r.get("peak_gbps") else ""
     parts = [Text(f"{r['family']} · {r['device']} · {r['dtype']} · {sizes}{peak}", style="bold")]
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
-    for header, justify in (("", "left"), ("kernel", "left"), ("time", "right"), ("share", "right"),
-                            ("grid×block", "right"), ("regs", "right"), ("smem", "right")):
-        table.add_column(header, justify=justify, no_wrap=True)
+    table = _table(("", "left"), ("kernel", "left"), ("time", "right"), ("share", "right"), ("grid×block", "right"),
+                   ("regs", "right"), ("smem B", "right"))
     for c in r["contenders"]:
         for i, k in enumerate(c["kernels"]):
-            table.add_row(c["name"] if i == 0 else "", k["short"] if k["kind"] == "kernel" else k["kind"],
+            table.add_row(c["name"] if i == 0 else "", k["short"],
                           f"{k['us']:.3g} µs", f"{k['share_pct']:.0f}%" if k.get("share_pct") is not None else "-",
                           _launch(k), _opt(k["registers"]), _bytes(k["shared_bytes"]))
     parts.append(table)
@@ -284,22 +281,37 @@ def report(r: dict):
 
 
 def _ncu_lines(r: dict) -> list:
+    """ncu's figures, one row per kernel (% of the device's peak), then its hints, each once."""
     from rich.text import Text
 
     if r.get("ncu"):
         return [Text(f"ncu: {r['ncu']}", style="dim" if r["ncu"].startswith("skipped") else "yellow")]
-    lines = [Text("ncu (% of peak): memory, compute (SM), DRAM, L2; occupancy achieved / theoretical", style="bold")]
+    table = _table(("ncu", "left"), ("kernel", "left"), ("mem %", "right"), ("SM %", "right"), ("DRAM %", "right"),
+                   ("L2 %", "right"), ("occupancy", "right"))
+    hints = {}
     for c in r["contenders"]:
+        first = True
         for k in c["kernels"]:
             n = k.get("ncu")
             if not n:
                 continue
-            lines.append(Text(f"{k['short']}: mem {_opt(n.get('memory_pct'), '{:.0f}')}, SM {_opt(n.get('compute_pct'), '{:.0f}')}"
-                              f", DRAM {_opt(n.get('dram_pct'), '{:.0f}')}, L2 {_opt(n.get('l2_pct'), '{:.0f}')}; occupancy "
-                              f"{_opt(n.get('achieved_occupancy_pct'), '{:.0f}')} / {_opt(n.get('theoretical_occupancy_pct'), '{:.0f}')}%"))
+            pct = lambda key: _opt(n.get(key), "{:.0f}")
+            table.add_row(c["name"] if first else "", k["short"], pct("memory_pct"), pct("compute_pct"), pct("dram_pct"),
+                          pct("l2_pct"), f"{pct('achieved_occupancy_pct')} / {pct('theoretical_occupancy_pct')}%")
+            first = False
             if n.get("hint"):
-                lines.append(Text(f"  {n['hint']}", style="dim"))
-    return lines
+                hints.setdefault(n["hint"], k["short"])
+    return [table, *(Text(f"{kernel}: {hint}", style="dim") for hint, kernel in hints.items())]
+
+
+def _table(*columns):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, padding=0, pad_edge=False, show_edge=False)  # the box puts one space between
+    for header, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True)
+    return table
 
 
 def _dims(d) -> str:
@@ -321,4 +333,4 @@ def _opt(x, fmt: str = "{}") -> str:
 
 
 def _bytes(n) -> str:
-    return "-" if n is None else f"{n:,} B"
+    return "-" if n is None else f"{n:,}"
