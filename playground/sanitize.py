@@ -187,8 +187,8 @@ def report(r: dict, verbose: bool = False):
     if s["crash"]:
         lines.append(Text(f"the run ended: {s['crash']}", style="red"))
     for f in s["findings"][:SHOWN]:
-        file, _, line = f["at"].rpartition(":")
-        place = f"{Path(file).name}:{line}" if file else f["at"]
+        placed = re.match(r"^(.*):(\d+)$", f["at"])  # the file's name is enough here; --json has the path
+        place = f"{Path(placed[1]).name}:{placed[2]}" if placed else f["at"]
         lines.append(Text(f"{s['tool']}: {f['count']:,} {f['unit']} in {f['kernel']} at {place}", style="red"))
         lines.append(Text(f"  {f['what']}", style="dim"))
     more = len(s["findings"]) - SHOWN
