@@ -200,7 +200,7 @@ def _sanitized_device(tool: str, device: Device) -> Device:
 
     sanitize.tool_name(tool)
     if device == Device.cpu:
-        raise UsageError(f"--sanitize {tool}: compute-sanitizer checks CUDA kernels; drop --device cpu")
+        raise UsageError("--sanitize checks CUDA kernels: drop --device cpu")
     sanitize.executable()
     return Device.cuda
 
@@ -210,7 +210,7 @@ def _need_gpu(what: str) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise UsageError(f"{what} needs a CUDA GPU, and none is visible here (torch.cuda.is_available() is False)")
+        raise UsageError(f"{what}: no CUDA GPU is visible here")
 
 
 @app.command(context_settings=FAMILY_OPTIONS)

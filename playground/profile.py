@@ -132,9 +132,9 @@ def gpu_work(trace: dict) -> list[dict]:
     return rows
 
 
-def short_name(name: str, width: int = 28) -> str:
+def short_name(name: str, width: int = 30) -> str:
     """'void sum_tree_kernel<float>(float const*, long, float*)' -> 'sum_tree_kernel<float>'; a long template
-    keeps its name: 'at::native::reduce_kernel<…>'."""
+    keeps its name: 'at::native::reduce_kernel<...>'."""
     name = name.removeprefix("void ")
     depth = 0
     for i, ch in enumerate(name):
@@ -143,8 +143,8 @@ def short_name(name: str, width: int = 28) -> str:
             name = name[:i]
             break
     if len(name) > width and "<" in name:
-        name = name[:name.index("<")] + "<…>"
-    return name if len(name) <= width else name[:width - 1] + "…"
+        name = name[:name.index("<")] + "<...>"
+    return name if len(name) <= width else name[:width - 3] + "..."
 
 
 def ncu_kernels(text: str) -> list[dict]:
@@ -251,7 +251,7 @@ def _last_error(text: str) -> str:
 
 def check_device(device: str) -> None:
     if device == "cpu":
-        raise UsageError("profile: --device cpu: kplay profile profiles CUDA kernels (use --device cuda)")
+        raise UsageError("kplay profile profiles CUDA kernels: use --device cuda")
 
 
 # ---- the report --------------------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ class Finding:
 def tool_name(tool: str) -> str:
     """An unknown tool is a usage error naming the four."""
     if tool not in TOOLS:
-        raise UsageError(f"--sanitize {tool}: unknown tool; compute-sanitizer has {', '.join(TOOLS)}")
+        raise UsageError(f"--sanitize {tool}: valid: {', '.join(TOOLS)}")
     return tool
 
 
@@ -50,8 +50,7 @@ def executable() -> str:
 
     found = cuda_tool("compute-sanitizer")
     if not found:
-        raise UsageError("--sanitize: compute-sanitizer not found (PATH, the CUDA toolkit's bin); "
-                         "pip install 'kplay[insight]' installs it (nvidia-cuda-sanitizer-api)")
+        raise UsageError("compute-sanitizer not found: pip install nvidia-cuda-sanitizer-api")
     return found
 
 

@@ -37,13 +37,13 @@ def test_a_multi_pass_kernel_lists_every_pass_in_launch_order():
 
 def test_a_long_template_name_is_cut_to_fit_a_column():
     (_, kernel) = trace("torch.sum")
-    assert kernel["short"] == "at::native::reduce_kernel<…>"
+    assert kernel["short"] == "at::native::reduce_kernel<...>"
     assert profile.short_name("void k<int>(int*, long)") == "k<int>"
 
 
 def test_ncu_csv_gives_throughput_occupancy_and_one_hint_per_kernel():
     kernels = profile.ncu_kernels(ncu_text())
-    assert [k["short"] for k in kernels] == ["at::reduce_kernel<…>", *["sum_tree_kernel<float>"] * 4, "sum_fast_kernel<float>"]
+    assert [k["short"] for k in kernels] == ["at::reduce_kernel<...>", *["sum_tree_kernel<float>"] * 4, "sum_fast_kernel<float>"]
     fast = kernels[-1]
     assert (fast["memory_pct"], fast["compute_pct"], fast["dram_pct"], fast["l2_pct"]) == (89.30, 9.45, 89.30, 90.71)
     assert (fast["achieved_occupancy_pct"], fast["theoretical_occupancy_pct"]) == (99.04, 100)
@@ -123,11 +123,11 @@ def test_the_report_fits_80_columns():
 def test_profile_without_a_gpu_is_one_line(kplay):
     result = kplay("profile", "sum", "--variant", "fast", "--n", "1e5")
     assert result.exit_code == 2
-    assert "kplay profile needs a CUDA GPU" in result.output and "Traceback" not in result.output
+    assert "kplay profile: no CUDA GPU is visible here" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("args, says", [
-    (["sum", "--device", "cpu"], "profiles CUDA kernels"),
+    (["sum", "--device", "cpu"], "profiles CUDA kernels: use --device cuda"),
     (["sum", "--variant", "cpp"], "sum/cpp is a cpu variant"),
     (["sum", "--n", "0"], "--n 0: must be at least 1"),
 ])

@@ -91,7 +91,7 @@ def test_a_crash_is_reported_with_the_findings():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--sanitize", "memchek"], "--sanitize memchek: unknown tool; compute-sanitizer has memcheck, racecheck"),
+    (["--sanitize", "memchek"], "--sanitize memchek: valid: memcheck, racecheck, synccheck, initcheck"),
     (["--sanitize", "memcheck", "--device", "cpu"], "drop --device cpu"),
 ])
 def test_sanitize_bad_input_is_one_line(kplay, args, says):
@@ -104,7 +104,7 @@ def test_sanitize_without_the_tool_is_one_line_naming_the_package(kplay, monkeyp
     monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: None)
     result = kplay("run", "sum", "--sanitize", "racecheck")
     assert result.exit_code == 2
-    assert "compute-sanitizer not found" in result.output and "nvidia-cuda-sanitizer-api" in result.output
+    assert "compute-sanitizer not found: pip install nvidia-cuda-sanitizer-api" in result.output
 
 
 @pytest.mark.skipif(gpu(), reason="the no-GPU message")
@@ -112,7 +112,7 @@ def test_sanitize_without_a_gpu_is_one_line(kplay, monkeypatch):
     monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: "/bin/true")  # the tool is there
     result = kplay("run", "sum", "--sanitize", "memcheck")
     assert result.exit_code == 2
-    assert "--sanitize memcheck needs a CUDA GPU" in result.output and "Traceback" not in result.output
+    assert "--sanitize memcheck: no CUDA GPU is visible here" in result.output and "Traceback" not in result.output
 
 
 def test_lineinfo_is_part_of_the_build_s_identity(tmp_path):
