@@ -175,7 +175,7 @@ def _notes(r: dict) -> list:
     for v in r["variants"]:
         out += _printed(v)
         out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]
-    verdict = "[green b]PASS[/]" if r["ok"] else "[red b]FAIL[/]: the output does not match the reference"
+    verdict = "[green b]PASS[/]" if r["ok"] else f"[red b]FAIL[/]: {r.get('why') or 'the output does not match the reference'}"
     return out + [Text.from_markup(verdict)]
 
 

@@ -153,7 +153,8 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
     from . import isolate
     from .toolchain import cache_dir
 
-    argv = [executable(), "--tool", tool, "--target-processes", "all", "--print-limit", str(PRINT_LIMIT),
+    # application-only: the worker is the application; its builds (ninja, nvcc) are left alone
+    argv = [executable(), "--tool", tool, "--target-processes", "application-only", "--print-limit", str(PRINT_LIMIT),
             "--show-backtrace", "device"]
     log = cache_dir() / "sanitize" / f"{req.family}-{tool}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -171,8 +172,12 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
         raise crash
     result = result or {"family": fam.name, "ok": False, "exit_code": CHECK_FAILED}
     result["sanitize"] = {**found, "crash": str(crash) if crash else None}
-    if found["findings"]:
+    if found["findings"]:  # a failed check, even where the numbers were right
+        matched = result["ok"]
         result["ok"], result["exit_code"] = False, CHECK_FAILED
+        places = len(found["findings"])
+        result["why"] = (f"{tool} found problems at {places} place{'s' * (places > 1)} in the kernel"
+                         + ("" if matched else "; the output does not match the reference either"))
     return result
 
 

@@ -155,3 +155,40 @@ def test_a_race_is_shown_at_the_student_s_file_and_line(kplay, tmp_path):
     file, line = first["at"].rsplit(":", 1)  # -lineinfo, mapped from the build's cuda.cu to the student's file
     assert Path(file).resolve() == (folder / "sum_tree.cu").resolve() and int(line) > 0, first
     assert all(v["check"]["ok"] for v in r["variants"])  # the numbers were right: only the sanitizer saw it
+
+
+def fake_sanitizer(tmp_path: Path, fixture: str, then: str = 'exec "$@"') -> str:
+    """Stands for compute-sanitizer: writes a real report (tests/data) to --log-file, then runs the program."""
+    script = tmp_path / "compute-sanitizer"
+    script.write_text(f'#!/bin/sh\nwhile [ "$1" != "--log-file" ]; do shift; done\nshift\n'
+                      f'cp {DATA / f"san-{fixture}.txt"} "$1"\nshift\n{then}\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.slow
+def test_a_finding_fails_a_run_whose_numbers_are_right(tmp_path, monkeypatch):
+    monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tmp_path, "tree_warp_race-racecheck"))
+    req = request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True)
+    r = sanitize.run(req, "racecheck")
+    assert all(v["check"]["ok"] for v in r["variants"])
+    assert (r["ok"], r["exit_code"]) == (False, 1)
+    assert r["why"] == "racecheck found problems at 5 places in the kernel"
+    assert r["sanitize"]["summary"] == "20 hazards displayed (0 errors, 85 warnings)"
+
+
+@pytest.mark.slow
+def test_a_run_the_finding_ended_still_reports_the_finding(tmp_path, monkeypatch):
+    monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tmp_path, "tree_past_end-memcheck", "exit 1"))
+    req = request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True)
+    r = sanitize.run(req, "memcheck")
+    assert r["exit_code"] == 1 and "variants" not in r
+    assert r["sanitize"]["crash"].startswith("kernel crashed: exit code 1")
+    assert r["sanitize"]["findings"][0]["count"] == 20
+
+
+@pytest.mark.slow
+def test_a_clean_tool_run_keeps_the_run_s_own_verdict(tmp_path, monkeypatch):
+    monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tmp_path, "fast-memcheck"))
+    r = sanitize.run(request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True), "memcheck")
+    assert (r["ok"], r["exit_code"], r["sanitize"]["findings"]) == (True, 0, [])
