@@ -110,6 +110,12 @@ def summary(text: str) -> str:
     return lines[0] if lines else ""
 
 
+def tool_errors(text: str) -> list[str]:
+    """The tool's own error lines ('Error: Target application terminated before first instrumented API call')."""
+    return [f"compute-sanitizer: {b.strip()}" for b in map(_body, text.splitlines())
+            if b and b.strip().startswith("Error:") and "Race reported" not in b]
+
+
 def ours(findings: list[Finding]) -> list[Finding]:
     """The findings in the variant's kernels, not in PyTorch's (a fault there is a knock-on of ours)."""
     return [f for f in findings if not f.kernel.startswith(TORCH)]
@@ -168,7 +174,8 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
     text = log.read_text(errors="replace") if log.exists() else ""
     fam = req.load_family()
     found = record(tool, text, fam, fam.pick_variants("cuda", req.variant), str(log))
-    if crash and not found["findings"]:
+    if crash and not found["findings"]:  # the tool's own complaint, if it had one (no driver, no device)
+        crash.details = [*getattr(crash, "details", []), *tool_errors(text)]
         raise crash
     result = result or {"family": fam.name, "ok": False, "exit_code": CHECK_FAILED}
     result["sanitize"] = {**found, "crash": str(crash) if crash else None}

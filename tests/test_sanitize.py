@@ -192,3 +192,12 @@ def test_a_clean_tool_run_keeps_the_run_s_own_verdict(tmp_path, monkeypatch):
     monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tmp_path, "fast-memcheck"))
     r = sanitize.run(request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True), "memcheck")
     assert (r["ok"], r["exit_code"], r["sanitize"]["findings"]) == (True, 0, [])
+
+
+def test_the_tool_s_own_error_is_kept_for_the_crash_message():
+    # what compute-sanitizer 2026.4 (the pip wheel) wrote on this GPU-less machine
+    log = ("========= COMPUTE-SANITIZER\n========= Error: process didn't terminate successfully\n"
+           "========= Error: Target application terminated before first instrumented API call\n")
+    assert sanitize.tool_errors(log)[-1] == ("compute-sanitizer: Error: Target application terminated before first "
+                                             "instrumented API call")
+    assert sanitize.parse(log) == []
