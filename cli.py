@@ -70,6 +70,8 @@ Timeout = Annotated[float, typer.Option(help="Seconds the kernel may run (builds
 Baselines = Annotated[Optional[list[str]], typer.Option("--baseline", help="Time against this baseline only (repeatable).")]
 Skip = Annotated[Optional[list[str]], typer.Option("--skip-baseline", help="Do not time this baseline (repeatable).")]
 NoCompile = Annotated[bool, typer.Option("--no-compile", help="Same as --skip-baseline torch.compile (lltm).")]
+Sanitize = Annotated[Optional[str], typer.Option(metavar="TOOL", show_default=False,
+                                                 help="Check only, under compute-sanitizer: memcheck, racecheck, synccheck or initcheck.")]
 Help = Annotated[bool, typer.Option("--help", "-h", help="Show this message; with NAME, the kernel's sizes and parameters too.")]
 Force = Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
 Folder = Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).", show_default=False)]
@@ -155,7 +157,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
         dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
         no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
         baseline: Baselines = None, skip_baseline: Skip = None, no_compile: NoCompile = False, json_: Json = False,
-        sanitize: Annotated[Optional[str], typer.Option(help="Check under compute-sanitizer: memcheck, racecheck, synccheck or initcheck (no timing).", show_default=False)] = None,
+        sanitize: Sanitize = None,
         verbose: Annotated[bool, typer.Option("--verbose", help="With --sanitize: the tool's whole output.")] = False,
         path: Path_ = None, help_: Help = False):
     """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
@@ -367,6 +369,9 @@ def _progress():
         yield _events(progress, task)
 
 
+PHASES = {"time": "timing", "profile": "profiling", "ncu": "profiling under ncu"}
+
+
 def _events(progress, task, cached_lines: bool = True):
     """The child's events as progress: what it does now, and one line per finished build."""
 
@@ -378,8 +383,8 @@ def _events(progress, task, cached_lines: bool = True):
             progress.console.print(f"[green]✓[/] {data['variant']}: {how}", highlight=False)
         elif event == events.CHECK:
             progress.update(task, description=f"checking {data['variant']} at {data['case']}")
-        elif event == events.PHASE and data["phase"] in ("time", "profile", "ncu"):
-            progress.update(task, description={"time": "timing", "profile": "profiling", "ncu": "profiling under ncu"}[data["phase"]])
+        elif event == events.PHASE and data["phase"] in PHASES:
+            progress.update(task, description=PHASES[data["phase"]])
 
     return on_event
 
