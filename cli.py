@@ -177,23 +177,29 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
                        skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)], timeout=timeout,
                        lineinfo=bool(sanitize))
     with _progress() as on_event:
-        if sanitize:
-            from playground import sanitize as sanitizer
+        result = _sanitized(req, sanitize, on_event) if sanitize else isolate.run(req, on_event)
+    _show_run(result, json_, sanitize, verbose)
+    raise typer.Exit(result["exit_code"])
 
-            _need_gpu(f"--sanitize {sanitize}")
-            result = sanitizer.run(req, sanitize, on_event)
-        else:
-            result = isolate.run(req, on_event)
+
+def _sanitized(req, tool: str, on_event) -> dict:
+    from playground import sanitize
+
+    _need_gpu(f"--sanitize {tool}")
+    return sanitize.run(req, tool, on_event)
+
+
+def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool) -> None:
+    """The run's table (a run the sanitizer's finding ended has none), then what the sanitizer found."""
     if json_:
         print(json.dumps(result, indent=2))
-    else:
-        from playground.report import run_report
+        return
+    from playground import report, sanitize as sanitizer
 
-        if "variants" in result:
-            out.print(run_report(result))
-        if sanitize:
-            out.print(sanitizer.report(result, verbose))
-    raise typer.Exit(result["exit_code"])
+    if "variants" in result:
+        out.print(report.run_report(result))
+    if sanitize:
+        out.print(sanitizer.report(result, verbose))
 
 
 def _sanitized_device(tool: str, device: Device) -> Device:

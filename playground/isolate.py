@@ -30,20 +30,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
     `under` is a tool's command line (compute-sanitizer, ncu) that starts the worker, `env` what it adds to
     the worker's environment. A tool need not pass an inherited pipe on, so then the worker writes to a file.
     """
-    env = {**os.environ, **(env or {}),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(prefix="kplay-channel-") as channel:
-        if under:
-            read, target, fds = os.open(channel.name, os.O_RDONLY), "@" + channel.name, ()
-        else:
-            read, write = os.pipe()
-            target, fds = str(write), (write,)
-        child = subprocess.Popen([*under, sys.executable, "-m", "playground.worker", target], stdin=subprocess.PIPE,
-                                 stdout=log, stderr=log, pass_fds=fds, env=env, start_new_session=True)
-        if not under:
-            os.close(write)
-        child.stdin.write(request.to_json().encode())
-        child.stdin.close()
+        child, read = _start(request, log, channel.name, under, env)
         try:
             with _ending_kills_the_child():
                 reply, phase = _listen(read, child, request.timeout, on_event, follow=bool(under))
@@ -68,6 +56,24 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
     crash = KernelCrash(f"kernel crashed: {what} {phase}")
     crash.details = tail
     raise crash
+
+
+def _start(request: Request, log, channel: str, under: list[str], env: dict | None):
+    """The worker (under the tool, if any), the request on its stdin; returns it and the descriptor to read."""
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))}
+    if under:
+        read, target, fds = os.open(channel, os.O_RDONLY), "@" + channel, ()
+    else:
+        read, write = os.pipe()
+        target, fds = str(write), (write,)
+    child = subprocess.Popen([*under, sys.executable, "-m", "playground.worker", target], stdin=subprocess.PIPE,
+                             stdout=log, stderr=log, pass_fds=fds, env=env, start_new_session=True)
+    if not under:
+        os.close(write)
+    child.stdin.write(request.to_json().encode())
+    child.stdin.close()
+    return child, read
 
 
 @contextmanager
