@@ -19,6 +19,7 @@ from .errors import BuildError, KernelCrash, KplayError, UsageError
 from .request import Request
 
 KINDS = {"UsageError": UsageError, "BuildError": BuildError, "KernelCrash": KernelCrash}
+TOOL_GRACE_S = 120  # how long a tool may take to finish its report once the worker is done
 SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
            signal.SIGFPE: "floating-point exception", signal.SIGILL: "illegal instruction",
            signal.SIGKILL: "killed (out of memory?)"}
@@ -35,6 +36,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         try:
             with _ending_kills_the_child():
                 reply, phase = _listen(read, child, request.timeout, on_event, follow=bool(under))
+                if under and not reply.get("timeout"):
+                    _let_finish(child)
         finally:
             os.close(read)
             if child.poll() is None:
@@ -56,6 +59,14 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
     crash = KernelCrash(f"kernel crashed: {what} {phase}")
     crash.details = tail
     raise crash
+
+
+def _let_finish(child) -> None:
+    """A tool writes its report (ncu's CSV, the sanitizer's summary) after the worker has sent its result."""
+    try:
+        child.wait(timeout=TOOL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def _start(request: Request, log, channel: str, under: list[str], env: dict | None):

@@ -201,3 +201,14 @@ def test_the_tool_s_own_error_is_kept_for_the_crash_message():
     assert sanitize.tool_errors(log)[-1] == ("compute-sanitizer: Error: Target application terminated before first "
                                              "instrumented API call")
     assert sanitize.parse(log) == []
+
+
+def test_a_tool_may_finish_its_report_after_the_worker_is_done(tmp_path):
+    """ncu prints its CSV, compute-sanitizer its summary, once the program has ended: the parent waits for it."""
+    late = tmp_path / "report.txt"
+    tool = tmp_path / "tool"
+    tool.write_text(f'#!/bin/sh\n"$@"\nsleep 1\necho done > {late}\n')
+    tool.chmod(0o755)
+    req = request.make("sum", device="cpu", sizes={"n": 10}, bench=False)
+    assert isolate.run(req, under=[str(tool)])["ok"]
+    assert late.read_text() == "done\n"
