@@ -140,7 +140,7 @@ def student_place(f: Finding, fam, variants: list) -> str:
     from .runner import _in_sources
 
     if f.file is None:
-        return f"{f.kernel}{f.offset} (no line: built without -lineinfo)"
+        return f"offset {f.offset} (no -lineinfo)"
     folder = Path(f.file).parent.name
     variant = next((v for v in variants if folder.startswith(re.sub(r"\W", "_", f"kplay_{fam.name}_{v.name}_").lower())),
                    variants[0])
@@ -206,7 +206,8 @@ def report(r: dict, verbose: bool = False):
     if more > 0:
         lines.append(Text(f"... and {more} more place{'s' * (more > 1)} (--verbose, or the log)"))
     verdict = f"{s['tool']}: FAIL" if s["findings"] else f"{s['tool']}: clean"
-    lines.append(Text(f"{verdict} ({s['summary'] or 'no summary'})", style="red" if s["findings"] else "green"))
+    said = f"; its summary: {s['summary']}" if s["summary"] else ""
+    lines.append(Text(verdict + said, style="red" if s["findings"] else "green"))
     if verbose and s["log"] and Path(s["log"]).exists():
         lines.append(Text(Path(s["log"]).read_text(errors="replace")))
     else:

@@ -87,14 +87,17 @@ def test_a_crash_is_reported_with_the_findings():
     console.print(sanitize.report({"sanitize": {**found, "crash": "tree raised at n=1: unspecified launch failure"}}))
     out = console.export_text()
     assert "the run ended: tree raised at n=1" in out
-    assert "memcheck: 20 errors in sum_tree_kernel<float> at sum_tree_kernel<float>+0xc0" in out
+    assert "memcheck: 20 errors in sum_tree_kernel<float> at offset +0xc0 (no -lineinfo)" in out
+    assert "memcheck: FAIL; its summary: 257 errors" in out
 
 
 @pytest.mark.parametrize("args, says", [
     (["--sanitize", "memchek"], "--sanitize memchek: valid: memcheck, racecheck, synccheck, initcheck"),
     (["--sanitize", "memcheck", "--device", "cpu"], "drop --device cpu"),
+    (["--sanitize", "memcheck", "--variant", "cpp"], "sum/cpp is a cpu variant"),
 ])
-def test_sanitize_bad_input_is_one_line(kplay, args, says):
+def test_sanitize_bad_input_is_one_line(kplay, monkeypatch, args, says):
+    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: "/bin/true")  # the tool is there
     result = kplay("run", "sum", *args)
     assert result.exit_code == 2, result.output
     assert says in result.output and len(result.output.strip().splitlines()) == 1
