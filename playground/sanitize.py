@@ -56,13 +56,9 @@ def executable() -> str:
 
 def short_kernel(where: str) -> str:
     """'void sum_tree_kernel<float>(const T1 *, long, T1 *)+0x390' -> 'sum_tree_kernel<float>'."""
-    name = re.sub(r"(?:\+|:)0x[0-9a-f]+$", "", where.strip()).removeprefix("void ")
-    depth = 0
-    for i, ch in enumerate(name):
-        depth += (ch == "<") - (ch == ">")
-        if ch == "(" and depth == 0 and i > 0:
-            return name[:i]
-    return name
+    from .profile import short_name
+
+    return short_name(re.sub(r"[+:]0x[0-9a-f]+$", "", where.strip()))
 
 
 def _body(line: str) -> str | None:
