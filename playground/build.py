@@ -59,8 +59,8 @@ def _headers(family: Family, variant: Variant) -> tuple[list[str], dict[str, str
     return [str(ENGINE_INCLUDE), *([str(family.path)] if variant.includes else [])], texts
 
 
-def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[str, dict]:
-    """The build's name (family, variant, content hash) and its load_inline arguments."""
+def _identity(family: Family, variant: Variant, srcs: dict[str, str], lineinfo: bool = False) -> tuple[str, dict]:
+    """The build's name (family, variant, content hash) and its load_inline arguments (-lineinfo keys its own)."""
     import torch
 
     version, machine_flags = compiler()
@@ -69,7 +69,7 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
         cpp_sources=[t for n, t in srcs.items() if not n.endswith(".cu")],
         cuda_sources=[t for n, t in srcs.items() if n.endswith(".cu")] or None,
         extra_cflags=[*CXX_FLAGS, *machine_flags, *variant.cflags],
-        extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
+        extra_cuda_cflags=[*CUDA_FLAGS, *(["-lineinfo"] * lineinfo), *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
     args["extra_include_paths"], headers = _headers(family, variant)
@@ -89,7 +89,7 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
     return name, args
 
 
-def build(family: Family, variant: Variant, params: dict, on_event=events.ignore):
+def build(family: Family, variant: Variant, params: dict, on_event=events.ignore, lineinfo: bool = False):
     """Compile (or reuse) a variant; returns (torch.ops namespace or None, BuildInfo)."""
     if not variant.sources:
         return None, BuildInfo(name="", seconds=0.0, cached=True)
@@ -100,7 +100,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     srcs = render.sources(family, variant, params)
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
-    name, args = _identity(family, variant, srcs)
+    name, args = _identity(family, variant, srcs, lineinfo)
     if name in _loaded:  # the same content is already in this process (a library loads only once)
         return getattr(torch.ops, name), BuildInfo(name=name, seconds=0.0, cached=True)
     where = cache_dir() / name

@@ -189,7 +189,7 @@ def _notes(r: dict) -> list:
         out += _printed(v)
         out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]
     timing = all(m.startswith("timing:") for v in r["variants"] if not v["check"]["ok"] for m in v["check"]["mismatches"])
-    why = "the timing cannot be trusted" if timing else "the output does not match the reference"
+    why = r.get("why") or ("the timing cannot be trusted" if timing else "the output does not match the reference")
     verdict = "[green b]PASS[/]" if r["ok"] else f"[red b]FAIL[/]: {why}"
     return out + [Text.from_markup(verdict)]
 
