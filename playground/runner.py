@@ -204,7 +204,7 @@ POOL_MAX = 8  # but there are never more than this many (each costs a make_input
 def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
     """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
     fill in the rates and the speedups."""
-    from .timing import bench, copy_bandwidth
+    from .timing import copy_bandwidth
 
     device = result.device
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
@@ -220,14 +220,7 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
         if key in deviations:
             deviations[key].append((k, _deviation(out, expected[k][0])))
 
-    try:
-        # Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
-        # own (as in a model that runs the op step after step), from an idle GPU (the events then include
-        # the host's path to the first kernel), and also on a synchronized wall clock.
-        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock, observe=observe)
-        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
-    except Exception as e:  # a kernel that passed the check and fails when timed
-        raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None
+    stats, walls = _bench(spec, req, fns, device, nbytes, observe)
     result.peak_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
     result.inputs_timed = len(pool)
     rates = dict(nbytes=nbytes, flops=flops, peak=result.peak_gbps)
@@ -237,13 +230,32 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
     for v in result.variants:
         key = ("variant", v.variant)
         _timed(v, key, steps[key][0], stats, walls, rates)
-        v.speedups = {b: {label: t.median_s / (v.walls or v.timings)[label].median_s
-                          for label, t in (base.walls or base.timings).items()} for b, base in result.baselines.items()}
-        first = next(iter(result.baselines.values()), None)
-        v.speedup = first.time.median_s / v.time.median_s if first else None
+        _speedups(v, result.baselines)
         found = [*_timed_outputs(deviations, key, expected, v.timings), *_unseen_work(v.timings), *_impossible(v, device)]
         if found:
             v.check = dataclasses.replace(v.check, ok=False, mismatches=v.check.mismatches + found)
+
+
+def _speedups(v, baselines: dict) -> None:
+    """Each baseline's time over the variant's, per step, and the first baseline's over the whole call."""
+    v.speedups = {b: {label: t.median_s / (v.walls or v.timings)[label].median_s
+                      for label, t in (base.walls or base.timings).items()} for b, base in baselines.items()}
+    first = next(iter(baselines.values()), None)
+    v.speedup = first.time.median_s / v.time.median_s if first else None
+
+
+def _bench(spec, req, fns: dict, device: str, nbytes: int, observe) -> tuple[dict, dict]:
+    """Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
+    own (as in a model that runs the op step after step), from an idle GPU (the events then include
+    the host's path to the first kernel), and also on a synchronized wall clock."""
+    from .timing import bench
+
+    try:
+        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock, observe=observe)
+        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
+    except Exception as e:  # a kernel that passed the check and fails when timed
+        raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None
+    return stats, walls
 
 
 def _pool(spec, req, main, dtype, device, nbytes) -> list:
