@@ -152,7 +152,65 @@ def run_report(r: dict) -> Group:
         for k, step in enumerate(rows):
             table.add_row(who if k == 0 else "", *_cells(t, step, shape, r["baselines"], k == 0),
                           end_section=shape.steps and k == len(rows) - 1)
-    return Group(*_title(r), table, *_notes(r))
+    return Group(*_title(r), table, *kernel_lines(r), *_notes(r))
+
+
+def kernel_lines(r: dict, width: int = 80) -> list[Text]:
+    """Each contender's CUDA kernels: one line each (two where it does not fit in `width`).
+
+    The build's part (ptxas: registers, static shared memory, spills, stack) is there without a GPU; on a
+    GPU, the launch (threads × blocks, from the profiler) and its theoretical occupancy, with what limits it.
+    """
+    rows = [(v["variant"], k) for v in r["variants"] for k in v.get("kernels", [])]
+    rows += [(name, k) for name, b in r["baselines"].items() for k in b.get("kernels", [])]
+    if not rows:
+        return []
+    gpu = next((k["occupancy"]["gpu"] for _, k in rows if k.get("occupancy")), None)
+    arch = next((k["arch"] for _, k in rows if k.get("arch")), "")
+    head = f"kernels launched by one call on {gpu}; occupancy is theoretical" if gpu else f"kernels, from ptxas ({arch})"
+    out = [Text(head, style="dim")]
+    who_width = max(len(who) for who, _ in rows)
+    for who, k in rows:
+        built, launch = _kernel_parts(k)
+        line, sep = f"{who:<{who_width}} {k['name']}", "  "
+        for part in built + ["\n"] * bool(launch) + launch:  # the launch on a line of its own
+            if part == "\n" or len(line) + len(sep) + len(part) > width:
+                out.append(Text(line))
+                line, sep = " " * (who_width + 1), ""  # under the name
+            if part != "\n":
+                line, sep = line + sep + part, " · "
+        out.append(Text(line))
+    return out
+
+
+def _kernel_parts(k: dict) -> tuple[list[str], list[str]]:
+    """(['12 regs', '1.0 KB smem', '0 spill'], ['256 thr × 390,625 blk (4 launches)', '8 blk/SM, occupancy 100% (warps)'])."""
+    launch, occ = k.get("launch"), k.get("occupancy")
+    regs = k.get("registers", launch and launch["registers"])
+    built = [f"{regs} regs"] if regs is not None else []
+    built.append(f"{_bytes(launch['shared'] if launch else k.get('shared_static', 0))} smem")
+    if "spill_stores" in k:
+        spills = (k["spill_stores"], k["spill_loads"])
+        built.append("0 spill" if not any(spills) else f"spill {_bytes(spills[0])} st, {_bytes(spills[1])} ld")
+    if k.get("stack"):
+        built.append(f"{_bytes(k['stack'])} stack")
+    if not launch:
+        return built, []
+    count = f" ({launch['count']} launches)" if launch["count"] > 1 else ""
+    launched = [f"{_dims(launch['block'])} thr × {_dims(launch['grid'])} blk{count}"]
+    if occ:
+        launched.append(f"{occ['blocks_per_sm']} blk/SM, occupancy {occ['percent']:.0f}% ({occ['limit']})")
+    return built, launched
+
+
+def _bytes(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 10 * 1024 else f"{n / 1024:.0f} KB"
+
+
+def _dims(d: list | None) -> str:
+    """[256, 1, 1] -> '256', [16, 16, 1] -> '16×16', [390625, 1, 1] -> '390,625'."""
+    used = [n for n in (d or [1]) if n != 1] or [1]
+    return "×".join(f"{n:,}" for n in used)
 
 
 def _title(r: dict) -> list[Text]:
