@@ -155,32 +155,54 @@ def run_report(r: dict) -> Group:
     return Group(*_title(r), table, *kernel_lines(r), *_notes(r))
 
 
+MAX_KERNELS = 4  # per contender; an ATen op launches many (lltm): the ones with the most GPU time, --json has all
+
+
 def kernel_lines(r: dict, width: int = 80) -> list[Text]:
-    """Each contender's CUDA kernels: one line each (two where it does not fit in `width`).
+    """Each contender's CUDA kernels: one line each, and one more for the launch and its occupancy on a GPU.
 
     The build's part (ptxas: registers, static shared memory, spills, stack) is there without a GPU; on a
     GPU, the launch (threads × blocks, from the profiler) and its theoretical occupancy, with what limits it.
     """
-    rows = [(v["variant"], k) for v in r["variants"] for k in v.get("kernels", [])]
-    rows += [(name, k) for name, b in r["baselines"].items() for k in b.get("kernels", [])]
+    rows = [(v["variant"], v.get("kernels", [])) for v in r["variants"]]
+    rows += [(name, b.get("kernels", [])) for name, b in r["baselines"].items()]
+    rows = [(who, kernels) for who, kernels in rows if kernels]
     if not rows:
         return []
-    gpu = next((k["occupancy"]["gpu"] for _, k in rows if k.get("occupancy")), None)
-    arch = next((k["arch"] for _, k in rows if k.get("arch")), "")
-    head = f"kernels launched by one call on {gpu}; occupancy is theoretical" if gpu else f"kernels, from ptxas ({arch})"
+    every = [k for _, kernels in rows for k in kernels]
+    gpu = next((k["occupancy"]["gpu"] for k in every if k.get("occupancy")), None)
+    head = f"kernels launched by one call on {gpu}; occupancy is theoretical" if gpu else \
+        f"kernels, from ptxas ({every[0].get('arch', '')})"
     out = [Text(head, style="dim")]
-    who_width = max(len(who) for who, _ in rows)
-    for who, k in rows:
-        built, launch = _kernel_parts(k)
-        line, sep = f"{who:<{who_width}} {k['name']}", "  "
-        for part in built + ["\n"] * bool(launch) + launch:  # the launch on a line of its own
-            if part == "\n" or len(line) + len(sep) + len(part) > width:
-                out.append(Text(line))
-                line, sep = " " * (who_width + 1), ""  # under the name
-            if part != "\n":
-                line, sep = line + sep + part, " · "
-        out.append(Text(line))
+    who_width, name_width = max(len(who) for who, _ in rows), max(len(k["name"]) for k in every)
+    indent = " " * (who_width + 1)  # under the name
+    for who, kernels in rows:
+        for k in _busiest(kernels):
+            first = f"{who:<{who_width}} {k['name']:<{name_width}}  "
+            for parts in filter(None, _kernel_parts(k)):
+                out += [Text(line) for line in _wrapped(first, parts, indent, width)]
+                first = indent
+        if len(kernels) > MAX_KERNELS:
+            out.append(Text(f"{indent}and {len(kernels) - MAX_KERNELS} more kernels (--json lists them)", style="dim"))
     return out
+
+
+def _busiest(kernels: list[dict]) -> list[dict]:
+    """The MAX_KERNELS kernels with the most GPU time (the first ones without a GPU), in launch order."""
+    top = sorted(kernels, key=lambda k: -k["launch"]["gpu_s"] if k.get("launch") else 0)[:MAX_KERNELS]
+    return [k for k in kernels if any(k is t for t in top)]
+
+
+def _wrapped(first: str, parts: list[str], indent: str, width: int) -> list[str]:
+    """'first' then the parts joined by ' · ', a new line (from `indent`) before a part that would pass `width`."""
+    lines, sep = [first], ""
+    for part in parts:
+        if len(lines[-1]) + len(sep) + len(part) > width and lines[-1].strip():
+            lines.append(indent)
+            sep = ""
+        lines[-1] += sep + part
+        sep = " · "
+    return lines
 
 
 def _kernel_parts(k: dict) -> tuple[list[str], list[str]]:

@@ -132,16 +132,24 @@ def test_the_run_report_has_a_line_per_kernel_or_two_with_the_launch_within_80_c
     assert no_gpu[0] == "kernels, from ptxas (sm_80)"
     assert no_gpu[1:3] == ["first_add _Z5heavyPfi  32 regs · 0 B smem · spill 12 KB st, 15 KB ld",
                            "          9.3 KB stack"]  # past 80 columns: the rest under the name
-    assert no_gpu[3] == "first_add plain  40 regs · 1.0 KB smem · 0 spill · 128 B stack"
+    assert no_gpu[3] == "first_add plain        40 regs · 1.0 KB smem · 0 spill · 128 B stack"  # names aligned
     tree = resources.launched([], resources.launches(profiled()["tree"]), H200)
     base = resources.launched([], resources.launches(profiled()["torch.sum"]), H200)
     lines = [str(t) for t in kernel_lines(report(tree=tree, torch_sum=base))]
     assert lines[0].startswith("kernels launched by one call on NVIDIA H200")
-    assert lines[1:3] == ["tree      sum_tree_kernel<float>  16 regs · 1.0 KB smem",
+    assert lines[1:3] == [f"tree      {'sum_tree_kernel<float>':<36}  16 regs · 1.0 KB smem",
                           "          256 thr × 390,625 blk (4 launches) · 8 blk/SM, occupancy 100% (warps)"]
     assert lines[3].startswith("torch.sum reduce_kernel<512, 1, ReduceOp<...>>")
     assert max(map(len, lines + no_gpu)) <= 80
     assert kernel_lines(report(cpp=[])) == []
+
+
+def test_a_call_that_launches_many_kernels_shows_the_busiest_four_in_launch_order():
+    (tree,) = resources.launched([], resources.launches(profiled()["tree"]), H200)
+    many = [{**tree, "name": f"k{i}", "launch": {**tree["launch"], "gpu_s": t}} for i, t in enumerate([5, 1, 4, 3, 2, 6])]
+    lines = [str(t) for t in kernel_lines(report(cuda=many))]
+    assert [line.split()[1] for line in lines[1:-1:2]] == ["k0", "k2", "k3", "k5"]
+    assert lines[-1] == "     and 2 more kernels (--json lists them)"
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +180,20 @@ def test_a_real_build_keeps_each_kernels_resources(built_sum, variant, threads):
         assert tree_float["shared_static"] == 4 * threads
     else:  # one float per warp, and a flag
         assert tree_float["shared_static"] == 4 * threads // 32 + 1
+
+
+@pytest.mark.nvcc
+def test_an_ejected_rung_with_its_kernel_renamed_reports_the_new_name(kplay, tmp_path):
+    from playground.build import build
+
+    folder = tmp_path / "mine"
+    assert kplay("eject", "sum", folder, "--variant", "tree", "--param", "threads=512").exit_code == 0
+    source = folder / "sum_tree.cu"
+    source.write_text(source.read_text().replace("sum_tree_kernel", "my_sum"))
+    fam = registry.find(str(folder))
+    _, info = build(fam, fam.variants["tree"], fam.parse_params([]))
+    (k,) = resources.for_dtype(resources.of_build(info.name), "float32")
+    assert k["name"] == "my_sum<float>" and k["shared_static"] == 4 * 512, k
 
 
 @pytest.mark.nvcc
