@@ -145,7 +145,8 @@ def _unqualified(name: str) -> str:
 def short_name(signature: str, width: int = 40) -> str:
     """'void at::native::reduce_kernel<512, 1, at::native::ReduceOp<...> >(...)' -> 'reduce_kernel<512, 1, ReduceOp<...>>'.
 
-    No return type, no parameters, no namespaces; template arguments shortened past `width` characters.
+    No return type, no parameters, no namespaces; template arguments shortened past `width` characters,
+    and a name still longer than that cut.
     """
     name = signature.strip()
     if name.endswith(")"):  # the parameter list: from the '(' that matches the last ')'
@@ -154,8 +155,10 @@ def short_name(signature: str, width: int = 40) -> str:
     spaces = [i for i, c, depth in _top_level(name) if c == " " and depth == 0]
     name = _unqualified(name[spaces[-1] + 1:] if spaces else name)  # the return type (void) goes
     base, lt, args = name.partition("<")
-    if not lt or len(name) <= width:
+    if len(name) <= width:
         return name.replace("> >", ">>")
+    if not lt or len(base) > width - 6:  # cuBLAS's sm90_xmma_gemm_..._kernel: its start
+        return name[:width - 3] + "..."
     shown = []
     for arg in _split_args(args.rstrip().removesuffix(">")):
         arg = _unqualified(arg)

@@ -58,6 +58,8 @@ def test_names_lose_return_type_parameters_and_namespaces_and_long_template_argu
     assert resources.short_name("plain") == "plain" and resources.short_name("heavy(float*, int)") == "heavy"
     torch_sum = next(e["name"] for e in profiled()["torch.sum"] if e["cat"] == "kernel")
     assert resources.short_name(torch_sum) == "reduce_kernel<512, 1, ReduceOp<...>>"
+    gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel"
+    assert resources.short_name(f"void {gemm}<true>(Params)") == gemm[:37] + "..."
     assert resources.key("void k<float>(float const*, long)") == resources.key("void k<float>(float const *, long)")
 
 
@@ -247,3 +249,13 @@ def test_every_rungs_kernels_have_their_launch_and_occupancy_on_the_gpu(kplay):
     assert r["baselines"]["torch.sum"]["kernels"], r["baselines"]
     text = kplay("run", "sum", "--device", "cuda", "--variant", "all", "--n", "1e6").stdout
     assert "occupancy" in text and "sum_fast_kernel<float>" in text, text
+
+
+@pytest.mark.cuda
+def test_the_launch_follows_param_threads_on_the_gpu(kplay):
+    result = kplay("run", "sum", "--device", "cuda", "--variant", "tree", "--n", "1e6", "--param", "threads=1024", "--json")
+    assert result.exit_code == 0, result.output
+    (k,) = json.loads(result.stdout)["variants"][0]["kernels"]
+    assert k["name"] == "sum_tree_kernel<float>" and k["shared_static"] == 4096, k
+    assert k["launch"]["block"] == [1024, 1, 1] and k["launch"]["grid"] == [977, 1, 1] and k["launch"]["count"] == 2, k
+    assert (k["occupancy"]["blocks_per_sm"], k["occupancy"]["percent"], k["occupancy"]["limit"]) == (2, 100.0, "warps"), k
