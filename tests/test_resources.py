@@ -154,6 +154,64 @@ def test_a_call_that_launches_many_kernels_shows_the_busiest_four_in_launch_orde
     assert lines[-1] == "     and 2 more kernels (--json lists them)"
 
 
+TREE_PTXAS = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z15sum_tree_kernelIdEvPKT_lPS0_' for 'sm_90'
+ptxas info    : Function properties for _Z15sum_tree_kernelIdEvPKT_lPS0_
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 16 registers, used 1 barriers, 2048 bytes smem
+ptxas info    : Compiling entry function '_Z15sum_tree_kernelIfEvPKT_lPS0_' for 'sm_90'
+ptxas info    : Function properties for _Z15sum_tree_kernelIfEvPKT_lPS0_
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem
+"""
+
+
+def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_shows_them(monkeypatch):
+    """The GPU path of runner._profile with the H200's records in place of the profiler, up to the report."""
+    from rich.console import Console
+
+    from playground import runner
+    from playground.build import BuildInfo
+    from playground.check import Check
+    from playground.report import run_report
+    from playground.toolchain import cache_dir
+
+    where = cache_dir() / "kplay_sum_tree_fake"
+    where.mkdir(parents=True, exist_ok=True)
+    resources.save(where, TREE_PTXAS)
+    monkeypatch.setattr(resources.Device, "current", classmethod(lambda cls: H200))
+    monkeypatch.setattr(resources, "profile", lambda call: resources.launches(profiled()[call()[0]]))
+    check = Check(True, 0.0, 1.0, "tree bound", [], ["n=100000000"])
+    tree = runner.VariantResult(variant="tree", note="", build=BuildInfo("kplay_sum_tree_fake", 0.0, True), check=check)
+    result = runner.RunResult("sum", "cuda", "float32", 0, {"n": 10**8}, {"threads": 256}, "2.11",
+                              baselines={"torch.sum": runner.BaselineResult(name="torch.sum")}, variants=[tree])
+    runner._profile(result, {("variant", "tree"): {"sum": lambda: "tree"}, ("baseline", "torch.sum"): {"sum": lambda: "torch.sum"}})
+    assert not result.warnings
+    (k,) = tree.kernels
+    assert (k["name"], k["registers"], k["launch"]["count"], k["occupancy"]["limit"]) == ("sum_tree_kernel<float>", 12, 4, "warps")
+    assert [b["name"] for b in result.baselines["torch.sum"].kernels] == ["reduce_kernel<512, 1, ReduceOp<...>>"]
+    console = Console(width=80, record=True, color_system=None)
+    console.print(run_report(json.loads(json.dumps(result.to_dict()))))
+    text = console.export_text()
+    assert "256 thr × 390,625 blk (4 launches) · 8 blk/SM, occupancy 100% (warps)" in text, text
+    assert max(map(len, text.splitlines())) <= 80
+
+
+def test_a_profiler_that_fails_is_a_warning_not_a_failed_run(monkeypatch):
+    from playground import runner
+
+    def broken(call):
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore")
+
+    monkeypatch.setattr(resources.Device, "current", classmethod(lambda cls: H200))
+    monkeypatch.setattr(resources, "profile", broken)
+    result = runner.RunResult("sum", "cuda", "float32", 0, {"n": 1}, {}, "2.11",
+                              baselines={"torch.sum": runner.BaselineResult(name="torch.sum")})
+    runner._profile(result, {("baseline", "torch.sum"): {"sum": lambda: None}})
+    assert result.warnings == ["kernel launches not profiled: CUPTI_ERROR_NOT_INITIALIZED"] and result.ok
+
+
 @pytest.fixture(scope="module")
 def built_sum():
     """sum tree and fast compiled here (no GPU needed), at the default threads and at 1024."""
