@@ -90,21 +90,21 @@ def of_build(build_name: str, arch: str | None = None) -> list[dict]:
     return [k for k in kernels if k["arch"] == pick]
 
 
-CTYPES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16", "int32": "int",
-          "int64": "long"}
+SPELLINGS = {"float32": ("float",), "float64": ("double",), "float16": ("half", "__half", "Half"),
+             "bfloat16": ("__nv_bfloat16", "BFloat16", "bfloat16"), "int32": ("int", "int32_t"),
+             "int64": ("long", "int64_t")}  # a dtype's C++ types, as template arguments spell them
 
 
 def for_dtype(kernels: list[dict], dtype: str) -> list[dict]:
     """Without a GPU to say which kernels ran: leave out the template instances for another dtype.
 
-    A kernel whose template arguments name the run's C type stays, and so does one that names no C type.
+    A kernel whose template arguments name the run's C++ type stays, and so does one that names none.
     """
-    def types(k: dict) -> set[str]:
+    def dtypes(k: dict) -> set[str]:
         args = k["name"].partition("<")[2]
-        return {t for t in CTYPES.values() if re.search(rf"\b{t}\b", args)}
+        return {d for d, names in SPELLINGS.items() if any(re.search(rf"\b{n}\b", args) for n in names)}
 
-    ours = CTYPES.get(dtype)
-    return [k for k in kernels if not types(k) or ours in types(k)]
+    return [k for k in kernels if not dtypes(k) or dtype in dtypes(k)]
 
 
 # ---- names ---------------------------------------------------------------------------------------------

@@ -67,6 +67,8 @@ def test_for_dtype_keeps_the_runs_template_instances_and_untyped_kernels():
     kernels = [{"name": n} for n in ("k<float>", "k<double>", "plain", "v<float4>", "w<4, double>")]
     assert [k["name"] for k in resources.for_dtype(kernels, "float32")] == ["k<float>", "plain", "v<float4>"]
     assert [k["name"] for k in resources.for_dtype(kernels, "float64")] == ["k<double>", "plain", "v<float4>", "w<4, double>"]
+    half = [{"name": "k<__half>"}, {"name": "k<c10::Half>"}, {"name": "k<float>"}]
+    assert [k["name"] for k in resources.for_dtype(half, "float16")] == ["k<__half>", "k<c10::Half>"]
 
 
 @pytest.mark.parametrize("threads, regs, smem, blocks, percent, limit", [
