@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import events, pch, render
+from . import events, pch, render, resources
+from .capture import stdout_fd
 from .errors import BuildError
 from .registry import Family, Variant
 from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, setup_env
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
-CUDA_FLAGS = ["-O3", "-std=c++20"]
+CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
 MAX_ERRORS = 3
 _loaded: set[str] = set()  # builds whose library this process has loaded
 ENGINE_INCLUDE = Path(__file__).resolve().parent / "include"  # kplay/stable.h, on every build's -I path
@@ -95,7 +97,6 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
         return None, BuildInfo(name="", seconds=0.0, cached=True)
     setup_env()
     import torch
-    from torch.utils.cpp_extension import load_inline
 
     srcs = render.sources(family, variant, params)
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
@@ -115,13 +116,9 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
             where.mkdir(parents=True)
             own = [f for f in args["extra_cflags"] if not f.startswith("-DKPLAY_NS=")]  # the build's flags, less its name
             args["extra_cflags"] += pch.include_flags(args["cpp_sources"], own, on_event, variant.name)
-            try:
-                load_inline(name=name, build_directory=str(where), is_python_module=False,
-                            no_implicit_headers=True, verbose=False, **args)
-            except RuntimeError as e:
-                raise compile_error(str(e), family, variant) from None
-            except OSError as e:
-                raise BuildError(f"{family.name}/{variant.name}: the built library does not load: {e}") from None
+            output = _compile(name, where, args, family, variant)
+            if args["cuda_sources"]:
+                resources.save(where, output)  # before the marker: a build with a marker has its resources
             marker.write_text(json.dumps({"so": so.name, "size": so.stat().st_size}))
         else:
             torch.ops.load_library(str(so))
@@ -129,6 +126,28 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     info = BuildInfo(name=name, seconds=round(time.perf_counter() - start, 3), cached=cached)
     on_event(events.BUILD_DONE, variant=variant.name, seconds=info.seconds, cached=cached)
     return getattr(torch.ops, name), info
+
+
+def _compile(name: str, where: Path, args: dict, family: Family, variant: Variant) -> str:
+    """load_inline; returns what the compilers printed (ptxas's resource lines among it).
+
+    ninja prints the commands' output only when verbose, to fd 1: it is captured there, and torch's own
+    verbose chatter on sys.stdout is dropped. A failed build's output is the compiler's errors.
+    """
+    from torch.utils.cpp_extension import load_inline
+
+    failure = None
+    with stdout_fd() as printed, redirect_stdout(io.StringIO()):
+        try:
+            load_inline(name=name, build_directory=str(where), is_python_module=False, no_implicit_headers=True,
+                        verbose=True, **args)
+        except (RuntimeError, OSError) as e:
+            failure = e
+    if isinstance(failure, OSError):
+        raise BuildError(f"{family.name}/{variant.name}: the built library does not load: {failure}") from None
+    if failure is not None:
+        raise compile_error(f"{printed.text}\n{failure}", family, variant) from None
+    return printed.text
 
 
 def _valid(marker: Path, so: Path) -> bool:

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from . import events, render, request as requests, spec as specs
+from . import events, render, request as requests, resources, spec as specs
 from .build import BuildInfo, build
 from .check import Check, as_tuple, compare, failed, merge
 from .errors import CHECK_FAILED, PASSED, KernelCrash, UsageError
@@ -32,6 +32,7 @@ class Timed:
 @dataclass(kw_only=True)
 class BaselineResult(Timed):
     name: str
+    kernels: list = field(default_factory=list)  # the CUDA kernels one call launched (resources.launched)
 
 
 @dataclass(kw_only=True)
@@ -44,6 +45,7 @@ class VariantResult(Timed):
     speedups: dict = field(default_factory=dict)  # baseline -> step -> ratio
     stdout: str = ""
     extra: dict = field(default_factory=dict)  # spec.extra verdicts, e.g. gradcheck
+    kernels: list = field(default_factory=list)  # its CUDA kernels: the build's resources, on a GPU the launches'
 
 
 @dataclass
@@ -125,6 +127,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     dtype = getattr(torch, req.dtype)
     main = _inputs(spec, req.sizes, dtype, device, req.seed)
     on_event(events.PHASE, phase="check")
+    arch = resources.Device.current().arch if device == "cuda" else None
     for v in chosen:
         ops, info = built[v.name]
         check, stdout = _check_all(spec, fam, req, ops, v.name, main, dtype, device, on_event)
@@ -132,8 +135,9 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
         failing = [f"{k}: FAIL" for k, val in extra.items() if val == "FAIL"]  # e.g. gradcheck
         if failing:
             check = dataclasses.replace(check, ok=False, mismatches=check.mismatches + failing)
+        kernels = resources.for_dtype(resources.of_build(info.name, arch), req.dtype)
         result.variants.append(VariantResult(variant=v.name, note=v.note, build=info, check=check, stdout=stdout,
-                                             extra=extra))
+                                             extra=extra, kernels=kernels))
     if fam.bench and req.bench:
         on_event(events.PHASE, phase="time")
         _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype)
@@ -234,6 +238,23 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
         found = [*_timed_outputs(deviations, key, expected, v.timings), *_unseen_work(v.timings), *_impossible(v, device)]
         if found:
             v.check = dataclasses.replace(v.check, ok=False, mismatches=v.check.mismatches + found)
+    if device == "cuda":
+        _profile(result, {who: each[0] for who, each in steps.items()})  # the steps on the requested input
+
+
+def _profile(result: RunResult, steps: dict) -> None:
+    """One profiled call of each contender, after the timing: its kernels as launched, with their occupancy."""
+    try:
+        gpu = resources.Device.current()
+        for (kind, name), labelled in steps.items():
+            records = resources.profile(lambda fns=labelled: [f() for f in fns.values()])
+            if kind == "baseline":
+                result.baselines[name].kernels = resources.launched([], records, gpu)
+            else:
+                v = next(v for v in result.variants if v.variant == name)
+                v.kernels = resources.launched(resources.of_build(v.build.name, gpu.arch), records, gpu)
+    except Exception as e:  # the profiler is an extra: it never fails a run that passed
+        result.warnings.append(f"kernel launches not profiled: {_first_line(e)}")
 
 
 def _speedups(v, baselines: dict) -> None:
