@@ -14,7 +14,7 @@ from . import events, render, request as requests, resources, spec as specs
 from .build import BuildInfo, build
 from .check import Check, as_tuple, compare, failed, merge
 from .errors import CHECK_FAILED, PASSED, KernelCrash, UsageError
-from .timing import Stats, _pair
+from .timing import Stats, as_pair
 
 
 @dataclass(kw_only=True)
@@ -247,7 +247,7 @@ def _profile(result: RunResult, steps: dict) -> None:
     try:
         gpu = resources.Device.current()
         for (kind, name), labelled in steps.items():
-            records = resources.profile(lambda steps=labelled: [run(*prepare()) for prepare, run in map(_pair, steps.values())])
+            records = resources.profile(lambda steps=labelled: [run(*prepare()) for prepare, run in map(as_pair, steps.values())])
             if kind == "baseline":
                 result.baselines[name].kernels = resources.launched([], records, gpu)
             else:
