@@ -10,16 +10,21 @@ import re
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import events, pch, render
+from . import disasm, events, pch, render
+from .capture import stdout_fd
 from .errors import BuildError
 from .registry import Family, Variant
-from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, setup_env
+from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, remark_flags, setup_env
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
 CUDA_FLAGS = ["-O3", "-std=c++20"]
+# What `kplay show --asm/--ptx/--sass` and the run report read from a build, none of which changes the code
+# generated: C++ line tables (-g1), CUDA line info (-lineinfo, also what a sanitizer's findings need).
+CXX_LINES = ["-g1"]
+CUDA_LINES = ["-lineinfo"]
 MAX_ERRORS = 3
 _loaded: set[str] = set()  # builds whose library this process has loaded
 ENGINE_INCLUDE = Path(__file__).resolve().parent / "include"  # kplay/stable.h, on every build's -I path
@@ -30,6 +35,7 @@ class BuildInfo:
     name: str
     seconds: float
     cached: bool
+    loops: list = field(default_factory=list)  # the C++ compiler's verdict on each loop of the student's files
 
 
 @contextmanager
@@ -68,8 +74,8 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
     args = dict(
         cpp_sources=[t for n, t in srcs.items() if not n.endswith(".cu")],
         cuda_sources=[t for n, t in srcs.items() if n.endswith(".cu")] or None,
-        extra_cflags=[*CXX_FLAGS, *machine_flags, *variant.cflags],
-        extra_cuda_cflags=[*CUDA_FLAGS, *variant.cuda_cflags] if has_cuda else None,
+        extra_cflags=[*CXX_FLAGS, *machine_flags, *CXX_LINES, *remark_flags(), *variant.cflags],
+        extra_cuda_cflags=[*CUDA_FLAGS, *CUDA_LINES, *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
     args["extra_include_paths"], headers = _headers(family, variant)
@@ -84,8 +90,8 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]
     args["extra_cflags"] += ns
-    if has_cuda:
-        args["extra_cuda_cflags"] += ns
+    if has_cuda:  # nvcc leaves the PTX and the cubin it made in the build's folder: what --ptx and --sass show
+        args["extra_cuda_cflags"] += [*ns, "--keep", f"--keep-dir={cache_dir() / name / disasm.KEEP}"]
     return name, args
 
 
@@ -95,15 +101,14 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
         return None, BuildInfo(name="", seconds=0.0, cached=True)
     setup_env()
     import torch
-    from torch.utils.cpp_extension import load_inline
 
     srcs = render.sources(family, variant, params)
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
     name, args = _identity(family, variant, srcs)
-    if name in _loaded:  # the same content is already in this process (a library loads only once)
-        return getattr(torch.ops, name), BuildInfo(name=name, seconds=0.0, cached=True)
     where = cache_dir() / name
+    if name in _loaded:  # the same content is already in this process (a library loads only once)
+        return getattr(torch.ops, name), BuildInfo(name, 0.0, True, disasm.loops(where, family, variant))
     so = where / f"{name}.so"
     marker = where / "kplay.json"
     start = time.perf_counter()
@@ -112,23 +117,35 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
         if not cached:
             on_event(events.BUILD_START, variant=variant.name)
             shutil.rmtree(where, ignore_errors=True)  # a partial or corrupt entry: start clean
-            where.mkdir(parents=True)
+            (where / disasm.KEEP).mkdir(parents=True)  # nvcc's --keep-dir
             own = [f for f in args["extra_cflags"] if not f.startswith("-DKPLAY_NS=")]  # the build's flags, less its name
             args["extra_cflags"] += pch.include_flags(args["cpp_sources"], own, on_event, variant.name)
-            try:
-                load_inline(name=name, build_directory=str(where), is_python_module=False,
-                            no_implicit_headers=True, verbose=False, **args)
-            except RuntimeError as e:
-                raise compile_error(str(e), family, variant) from None
-            except OSError as e:
-                raise BuildError(f"{family.name}/{variant.name}: the built library does not load: {e}") from None
+            _compile(name, where, args, family, variant)
             marker.write_text(json.dumps({"so": so.name, "size": so.stat().st_size}))
         else:
             torch.ops.load_library(str(so))
     _loaded.add(name)
-    info = BuildInfo(name=name, seconds=round(time.perf_counter() - start, 3), cached=cached)
+    info = BuildInfo(name, round(time.perf_counter() - start, 3), cached, disasm.loops(where, family, variant))
     on_event(events.BUILD_DONE, variant=variant.name, seconds=info.seconds, cached=cached)
     return getattr(torch.ops, name), info
+
+
+def _compile(name: str, where: Path, args: dict, family: Family, variant: Variant) -> None:
+    """load_inline, its output kept: the compiler's remarks (vectorization) go to stderr even when it succeeds.
+
+    verbose=True is the only way load_inline shows a successful compiler's output (on fd 1, through ninja).
+    """
+    from torch.utils.cpp_extension import load_inline
+
+    try:
+        with stdout_fd() as printed:
+            load_inline(name=name, build_directory=str(where), is_python_module=False,
+                        no_implicit_headers=True, verbose=True, **args)
+    except RuntimeError as e:
+        raise compile_error(f"{printed.text}\n{e}", family, variant) from None
+    except OSError as e:
+        raise BuildError(f"{family.name}/{variant.name}: the built library does not load: {e}") from None
+    disasm.keep(where, printed.text, family)
 
 
 def _valid(marker: Path, so: Path) -> bool:

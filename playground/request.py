@@ -26,9 +26,9 @@ FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3
 DEVICES = ("auto", *registry.DEVICES)
 # `kplay run`'s own options: a family's size may not take one of these names.
 OPTIONS = ("device", "variant", "dtype", "seed", "param", "timeout", "no-bench", "json", "path", "size", "baseline",
-           "skip-baseline", "no-compile")  # for a did-you-mean: `--timout 3` is a typo, not a size
+           "skip-baseline", "no-compile", "explain")  # for a did-you-mean: `--timout 3` is a typo, not a size
 RESERVED = {"device", "variant", "dtype", "seed", "param", "timeout", "bench", "json", "path", "size", "baseline",
-            "skip", "help", "no"}
+            "skip", "help", "no", "explain"}
 
 
 @dataclass(frozen=True)
