@@ -162,14 +162,18 @@ def _is_students(path: str, where: Path, family) -> bool:
 
 # ---- tools ---------------------------------------------------------------------------------------------
 
-def tool(name: str) -> str:
-    """nvdisasm or cuobjdump: from NVIDIA's pip wheel (nvidia/cu13/bin), CUDA's bin folder, or PATH."""
-    from .toolchain import cuda_home
-
+def wheel_bins() -> list[Path]:
+    """The bin folders of NVIDIA's pip wheels (site-packages/nvidia/cu13/bin, or nvidia/cuda_nvdisasm/bin)."""
     spec = importlib.util.find_spec("nvidia")
     roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    found = [f for r in roots for f in sorted(r.glob(f"*/bin/{name}"))]  # cu13/bin or cuda_nvdisasm/bin
-    found += [Path(cuda_home() or "/usr/local/cuda") / "bin" / name]
+    return [b for r in roots for b in sorted(r.glob("*/bin"))]
+
+
+def tool(name: str) -> str:
+    """nvdisasm or cuobjdump: from NVIDIA's pip wheel, CUDA's bin folder, or PATH."""
+    from .toolchain import cuda_home
+
+    found = [b / name for b in wheel_bins()] + [Path(cuda_home() or "/usr/local/cuda") / "bin" / name]
     found += [Path(w) for w in [shutil.which(name)] if w]
     for f in found:
         if f.is_file() and os.access(f, os.X_OK):
