@@ -66,7 +66,12 @@ def keep(where: Path, output: str, family) -> None:
 
 
 def loops(where: Path, family, variant) -> list[dict]:
-    """Each loop of the student's files with the compiler's verdict: {file, line, vectorized, copies, how, why_not}."""
+    """Each loop of the student's files with the compiler's verdict: {file, line, vectorized, copies, how, why_not}.
+
+    None for a CUDA variant: its C++ file is the binding, whose loops are not the lesson.
+    """
+    if variant.device == "cuda":
+        return []
     try:
         text = (where / REMARKS).read_text()
     except OSError:
