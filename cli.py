@@ -141,13 +141,6 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
     With [b]--ptx[/b], [b]--sass[/b] or [b]--asm[/b]: what the compiler made of it, each source line above its
     instructions (built for the configured GPU arch: no GPU needed).
     """
-    from rich.markdown import Markdown
-    from rich.panel import Panel
-    from rich.syntax import Syntax
-
-    from playground.render import sources
-    from playground.report import sizes_table
-
     fam = registry.find(name, path)
     params = fam.parse_params(param or [])
     kinds = [k for k, on in (("ptx", ptx), ("sass", sass), ("asm", asm)) if on]
@@ -157,6 +150,18 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
         return _show_code(fam, kinds[0], variant, params, kernel, json_)
     if kernel or json_:
         raise UsageError(f"{'--kernel' if kernel else '--json'} goes with --ptx, --sass or --asm")
+    _show_source(fam, device, variant, params)
+
+
+def _show_source(fam, device: Device, variant: str | None, params: dict) -> None:
+    """The note, the sizes and parameters, then each chosen variant's rendered sources."""
+    from rich.markdown import Markdown
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+
+    from playground.render import sources
+    from playground.report import sizes_table
+
     out.print(f"[b]{fam.name}[/b]: {escape(fam.summary)}")  # a panel's title would be cut at the border
     out.print(Panel(Markdown(fam.note.strip() or fam.summary)))
     out.print(sizes_table(fam))
