@@ -198,7 +198,7 @@ def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | 
             own = {str(fam.path / s) for s in v.sources}
             out.print(code_listing(functions, loops if kind == "asm" else [], title, own))
     if json_:
-        print(json.dumps(records if len(records) > 1 else records[0], indent=2))
+        print(json.dumps(records, indent=2))
 
 
 @app.command(context_settings=FAMILY_OPTIONS)
