@@ -107,10 +107,12 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
     name, args = _identity(family, variant, srcs)
     where = cache_dir() / name
-    if name in _loaded:  # the same content is already in this process (a library loads only once)
-        return getattr(torch.ops, name), BuildInfo(name, 0.0, True, disasm.loops(where, family, variant))
     so = where / f"{name}.so"
     marker = where / "kplay.json"
+    # The same content is already in this process (a library loads only once). Its folder must still be
+    # there for `kplay show`; after a `kplay clean` it is built again (dlopen of the same path is a no-op).
+    if name in _loaded and _valid(marker, so):
+        return getattr(torch.ops, name), BuildInfo(name, 0.0, True, disasm.loops(where, family, variant))
     start = time.perf_counter()
     with _locked(cache_dir() / "locks" / f"{name}.lock"):
         cached = _valid(marker, so)
@@ -135,8 +137,11 @@ def _compile(name: str, where: Path, args: dict, family: Family, variant: Varian
 
     verbose=True is the only way load_inline shows a successful compiler's output (on fd 1, through ninja).
     """
+    from torch.utils import cpp_extension
     from torch.utils.cpp_extension import load_inline
 
+    # torch skips a name it compiled before in this process; the folder may be gone since (kplay clean).
+    getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
     try:
         with stdout_fd() as printed:
             load_inline(name=name, build_directory=str(where), is_python_module=False,

@@ -24,7 +24,6 @@ from .errors import BuildError, UsageError
 
 KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin
 REMARKS = "remarks.txt"
-KINDS = ("ptx", "sass", "asm")
 WHEELS = {"nvdisasm": "nvidia-cuda-nvdisasm", "cuobjdump": "nvidia-cuda-cuobjdump"}
 
 

@@ -185,3 +185,13 @@ def test_sass_groups_instructions_under_their_line_marks():
     assert k.symbol == "_Z1kPf"
     assert [(g.line, g.code) for g in k.groups] == [
         (4, ["LDC R1, c[0x0][0x28]", "LDG.E.128.CONSTANT R4, desc[UR6][R28.64]", ".L_x_2:"]), (7, ["EXIT"])]
+
+
+def test_show_after_a_clean_in_the_same_process_builds_again(kplay):
+    """A library loads once per process; after `kplay clean` its folder is built again for `show` to read."""
+    first = show_json(kplay, "sum", "--asm", "--kernel", "sum_all<float>")
+    assert kplay("clean").exit_code == 0
+    again = show_json(kplay, "sum", "--asm", "--kernel", "sum_all<float>")
+    assert again["functions"] == first["functions"] and again["loops"] == first["loops"]
+    result = kplay("run", "sum", "--n", "1e3", "--device", "cpu", "--no-bench", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["variants"][0]["build"]["loops"] == first["loops"]
