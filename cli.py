@@ -138,8 +138,8 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
          kernel: Kernel = None, json_: Json = False):
     """Show what a kernel teaches, its sizes and parameters, then its rendered source, highlighted.
 
-    With [b]--ptx[/b], [b]--sass[/b] or [b]--asm[/b]: what the compiler made of it, each source line above its
-    instructions (built for the configured GPU arch: no GPU needed).
+    With [b]--ptx[/b], [b]--sass[/b] or [b]--asm[/b]: what the compiler made of it, each source line
+    above its instructions (CUDA is built for the configured GPU arch: no GPU needed).
     """
     fam = registry.find(name, path)
     params = fam.parse_params(param or [])
