@@ -70,6 +70,8 @@ Timeout = Annotated[float, typer.Option(help="Seconds the kernel may run (builds
 Baselines = Annotated[Optional[list[str]], typer.Option("--baseline", help="Time against this baseline only (repeatable).")]
 Skip = Annotated[Optional[list[str]], typer.Option("--skip-baseline", help="Do not time this baseline (repeatable).")]
 NoCompile = Annotated[bool, typer.Option("--no-compile", help="Same as --skip-baseline torch.compile (lltm).")]
+Sanitize = Annotated[Optional[str], typer.Option(metavar="TOOL", show_default=False,
+                                                 help="Check only, under compute-sanitizer: memcheck, racecheck, synccheck or initcheck.")]
 Help = Annotated[bool, typer.Option("--help", "-h", help="Show this message; with NAME, the kernel's sizes and parameters too.")]
 Force = Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
 Folder = Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).", show_default=False)]
@@ -207,30 +209,101 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
         dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
         no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
         baseline: Baselines = None, skip_baseline: Skip = None, no_compile: NoCompile = False, json_: Json = False,
-        explain: Annotated[bool, typer.Option("--explain", help="Every C++ loop's vectorization verdict, however many.")] = False,
-        path: Path_ = None, help_: Help = False):
+        sanitize: Sanitize = None,
+        verbose: Annotated[bool, typer.Option("--verbose", help="With --sanitize: the tool's whole output.")] = False,
+        path: Path_ = None, help_: Help = False,
+        against: Annotated[Optional[Path], typer.Option(help="A --json record of an earlier run: faster, slower or same, per variant.")] = None,
+        explain: Annotated[bool, typer.Option("--explain", help="Every C++ loop's vectorization verdict, however many.")] = False):
     """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
 
     The kernel's sizes are options too: [b]kplay run sum --n 1e7[/b], [b]kplay run lltm --batch 64[/b]
     ([b]kplay run NAME --help[/b] lists them).
     """
-    from playground import isolate, request
+    from playground import compare, isolate, request
 
     if help_ or name is None:
         return _family_help(ctx, name, path)
+    if sanitize:
+        device = _sanitized_device(sanitize, device)
     req = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed,
-                       sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path, bench=not no_bench,
-                       baselines=baseline or (), skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)],
-                       timeout=timeout)
+                       sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path,
+                       bench=not no_bench and not sanitize, baselines=baseline or (),
+                       skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)], timeout=timeout,
+                       lineinfo=bool(sanitize))
+    before = compare.load(against) if against else None
     with _progress() as on_event:
-        result = isolate.run(req, on_event)
+        result = _sanitized(req, sanitize, on_event) if sanitize else isolate.run(req, on_event)
+    _show_run(result, json_, sanitize, verbose, before, explain)
+    raise typer.Exit(result["exit_code"])
+
+
+def _sanitized(req, tool: str, on_event) -> dict:
+    from playground import sanitize
+
+    _need_gpu(f"--sanitize {tool}")
+    return sanitize.run(req, tool, on_event)
+
+
+def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, before: dict | None,
+              explain: bool = False) -> None:
+    """The run's table (a run the sanitizer's finding ended has none), then what the sanitizer found, or
+    the comparison with an earlier run."""
+    if json_:
+        print(json.dumps(result, indent=2))
+        return
+    from playground import report, sanitize as sanitizer
+
+    if "variants" in result:
+        out.print(report.run_report(result, explain))
+    if sanitize:
+        out.print(sanitizer.report(result, verbose))
+    if before and "variants" in result:
+        out.print(report.against_table(before, result))
+
+
+def _sanitized_device(tool: str, device: Device) -> Device:
+    """--sanitize checks CUDA kernels: a known tool, the tool there, and not --device cpu (each one line, exit 2)."""
+    from playground import sanitize
+
+    sanitize.tool_name(tool)
+    if device == Device.cpu:
+        raise UsageError("--sanitize checks CUDA kernels: drop --device cpu")
+    sanitize.executable()
+    return Device.cuda
+
+
+def _need_gpu(what: str) -> None:
+    """A GPU, asked before a tool starts the child (the tool's own message would be less clear)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(f"{what}: no CUDA GPU is visible here")
+
+
+@app.command(context_settings=FAMILY_OPTIONS)
+@friendly
+def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev = Device.cuda,
+            variant: Variant = None, dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
+            no_ncu: Annotated[bool, typer.Option("--no-ncu", help="Skip the second run under Nsight Compute (ncu).")] = False,
+            json_: Json = False, path: Path_ = None, help_: Help = False):
+    """Profile one call at the requested size: its kernels, their time and launch, GB/s; ncu's figures where it can.
+
+    The family's first baseline (e.g. torch.sum) is profiled beside it. [b]kplay profile sum --variant fast --n 1e8[/b]
+    """
+    from playground import profile as profiler, request
+
+    if help_ or name is None:
+        return _family_help(ctx, name, path)
+    profiler.check_device(device.value)
+    req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(name, path, ctx.args, size),
+                       params=param or [], paths=path, timeout=timeout, mode="profile")
+    _need_gpu("kplay profile")
+    with _progress() as on_event:
+        result = profiler.run(req, on_event, ncu=not no_ncu)
     if json_:
         print(json.dumps(result, indent=2))
     else:
-        from playground.report import run_report
-
-        out.print(run_report(result, explain))
-    raise typer.Exit(result["exit_code"])
+        out.print(profiler.report(result))
 
 
 def _family_help(ctx: typer.Context, name: str | None, path) -> None:
@@ -361,6 +434,9 @@ def _progress():
         yield _events(progress, task)
 
 
+PHASES = {"time": "timing", "profile": "profiling", "ncu": "profiling under ncu"}
+
+
 def _events(progress, task, cached_lines: bool = True):
     """The child's events as progress: what it does now, and one line per finished build."""
 
@@ -372,8 +448,8 @@ def _events(progress, task, cached_lines: bool = True):
             progress.console.print(f"[green]✓[/] {data['variant']}: {how}", highlight=False)
         elif event == events.CHECK:
             progress.update(task, description=f"checking {data['variant']} at {data['case']}")
-        elif event == events.PHASE and data["phase"] == "time":
-            progress.update(task, description="timing")
+        elif event == events.PHASE and data["phase"] in PHASES:
+            progress.update(task, description=PHASES[data["phase"]])
 
     return on_event
 

@@ -12,7 +12,6 @@ Everything comes from the build's own folder, so it is what runs and a cached bu
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -166,24 +165,15 @@ def _is_students(path: str, where: Path, family) -> bool:
 
 # ---- tools ---------------------------------------------------------------------------------------------
 
-def wheel_bins() -> list[Path]:
-    """The bin folders of NVIDIA's pip wheels (site-packages/nvidia/cu13/bin, or nvidia/cuda_nvdisasm/bin)."""
-    spec = importlib.util.find_spec("nvidia")
-    roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    return [b for r in roots for b in sorted(r.glob("*/bin"))]
-
-
 def tool(name: str) -> str:
-    """nvdisasm or cuobjdump: from NVIDIA's pip wheel, CUDA's bin folder, or PATH."""
-    from .toolchain import cuda_home
+    """nvdisasm: on PATH, in CUDA's bin folder, or from NVIDIA's pip wheel (toolchain.cuda_tool)."""
+    from . import toolchain
 
-    found = [b / name for b in wheel_bins()] + [Path(cuda_home() or "/usr/local/cuda") / "bin" / name]
-    found += [Path(w) for w in [shutil.which(name)] if w]
-    for f in found:
-        if f.is_file() and os.access(f, os.X_OK):
-            return str(f)
-    raise UsageError(f"{name} not found: pip install {WHEELS[name]} (or kplay[insight]); "
-                     "it is not in the CUDA toolkit here")
+    found = toolchain.cuda_tool(name)
+    if not found:
+        raise UsageError(f"{name} not found: pip install {WHEELS[name]} (or kplay[insight]); "
+                         "it is not in the CUDA toolkit here")
+    return found
 
 
 def _run(command: list[str]) -> str:

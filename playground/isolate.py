@@ -19,24 +19,25 @@ from .errors import BuildError, KernelCrash, KplayError, UsageError
 from .request import Request
 
 KINDS = {"UsageError": UsageError, "BuildError": BuildError, "KernelCrash": KernelCrash}
+TOOL_GRACE_S = 120  # how long a tool may take to finish its report once the worker is done
 SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
            signal.SIGFPE: "floating-point exception", signal.SIGILL: "illegal instruction",
            signal.SIGKILL: "killed (out of memory?)"}
 
 
-def run(request: Request, on_event=events.ignore) -> dict:
-    """The result record as a dict; a failure in the child comes back as the same KplayError."""
-    read, write = os.pipe()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))}
-    with tempfile.TemporaryFile() as log:
-        child = subprocess.Popen([sys.executable, "-m", "playground.worker", str(write)], stdin=subprocess.PIPE,
-                                 stdout=log, stderr=log, pass_fds=(write,), env=env, start_new_session=True)
-        os.close(write)
-        child.stdin.write(request.to_json().encode())
-        child.stdin.close()
+def run(request: Request, on_event=events.ignore, under: list[str] = (), env: dict | None = None) -> dict:
+    """The result record as a dict; a failure in the child comes back as the same KplayError.
+
+    `under` is a tool's command line (compute-sanitizer, ncu) that starts the worker, `env` what it adds to
+    the worker's environment. A tool need not pass an inherited pipe on, so then the worker writes to a file.
+    """
+    with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(prefix="kplay-channel-") as channel:
+        child, read = _start(request, log, channel.name, under, env)
         try:
             with _ending_kills_the_child():
-                reply, phase = _listen(read, child, request.timeout, on_event)
+                reply, phase = _listen(read, child, request.timeout, on_event, follow=bool(under))
+                if under and not reply.get("timeout"):
+                    _let_finish(child)
         finally:
             os.close(read)
             if child.poll() is None:
@@ -58,6 +59,32 @@ def run(request: Request, on_event=events.ignore) -> dict:
     crash = KernelCrash(f"kernel crashed: {what} {phase}")
     crash.details = tail
     raise crash
+
+
+def _let_finish(child) -> None:
+    """A tool writes its report (ncu's CSV, the sanitizer's summary) after the worker has sent its result."""
+    try:
+        child.wait(timeout=TOOL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _start(request: Request, log, channel: str, under: list[str], env: dict | None):
+    """The worker (under the tool, if any), the request on its stdin; returns it and the descriptor to read."""
+    env = {**os.environ, **(env or {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))}
+    if under:
+        read, target, fds = os.open(channel, os.O_RDONLY), "@" + channel, ()
+    else:
+        read, write = os.pipe()
+        target, fds = str(write), (write,)
+    child = subprocess.Popen([*under, sys.executable, "-m", "playground.worker", target], stdin=subprocess.PIPE,
+                             stdout=log, stderr=log, pass_fds=fds, env=env, start_new_session=True)
+    if not under:
+        os.close(write)
+    child.stdin.write(request.to_json().encode())
+    child.stdin.close()
+    return child, read
 
 
 @contextmanager
@@ -84,15 +111,26 @@ def _messages(log: str) -> list[str]:
     return lines[-3:] if not os.environ.get("KPLAY_DEBUG") else log.strip().splitlines()
 
 
-def _listen(fd: int, child, timeout: float, on_event) -> tuple[dict, str]:
-    """Read events until the result; the timeout counts from the first phase after the builds."""
+def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> tuple[dict, str]:
+    """Read events until the result; the timeout counts from the first phase after the builds.
+
+    follow: fd is a file the worker appends to (under a tool); it ends when the tool has ended.
+    """
     buffer, deadline, phase = b"", None, "while starting"
     while True:
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([fd], [], [], wait)
-        if not ready:
-            return {"timeout": True}, phase
-        chunk = os.read(fd, 65536)
+        if follow:
+            chunk = os.read(fd, 65536)
+            if not chunk and child.poll() is None:
+                if wait == 0:
+                    return {"timeout": True}, phase
+                time.sleep(0.05)
+                continue
+        else:
+            ready, _, _ = select.select([fd], [], [], wait)
+            if not ready:
+                return {"timeout": True}, phase
+            chunk = os.read(fd, 65536)
         if not chunk:
             return {}, phase
         buffer += chunk
@@ -106,8 +144,8 @@ def _listen(fd: int, child, timeout: float, on_event) -> tuple[dict, str]:
                 phase = f"while building {message['variant']}"
             elif event == events.CHECK:
                 phase = f"while checking {message['variant']} at {message['case']}"
-            elif event == events.PHASE and message["phase"] == "time":
-                phase = "while timing"
+            elif event == events.PHASE and message["phase"] in ("time", "profile"):
+                phase = "while timing" if message["phase"] == "time" else "while profiling"
             if event in (events.PHASE, events.CHECK) and deadline is None:
                 deadline = time.monotonic() + timeout
             on_event(event, **message)

@@ -190,17 +190,20 @@ def _notes(r: dict) -> list:
         out += _printed(v)
         out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]
     timing = all(m.startswith("timing:") for v in r["variants"] if not v["check"]["ok"] for m in v["check"]["mismatches"])
-    why = "the timing cannot be trusted" if timing else "the output does not match the reference"
+    why = r.get("why") or ("the timing cannot be trusted" if timing else "the output does not match the reference")
     verdict = "[green b]PASS[/]" if r["ok"] else f"[red b]FAIL[/]: {why}"
     return out + [Text.from_markup(verdict)]
 
 
 def _short_cases(cases: list[str]) -> list[str]:
-    """Each test size as what differs from the requested (last) one: 'batch=1' for 'batch=1 features=32 ...'."""
-    main = cases[-1].removesuffix(" probed")
+    """Each test size as what differs from the requested one: 'batch=1' for 'batch=1 features=32 ...'; the
+    requested size last, with how else it was checked (probed, reused)."""
+    extras = ("probed", "reused")
+    main = next(c for c in reversed(cases) if not c.endswith(tuple(f" {e}" for e in extras)))
     same = set(main.split())
-    shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if c.removesuffix(" probed") != main]
-    return shown + [f"and {main}" + (" (also probed)" if cases[-1].endswith(" probed") else "")]
+    shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if not c.startswith(main)]
+    also = [e for e in extras if f"{main} {e}" in cases]
+    return shown + [f"and {main}" + (f" (also {' and '.join(also)})" if also else "")]
 
 
 def _clocks(stats: dict) -> list[Text]:
@@ -395,6 +398,25 @@ def write_csv(records: list[dict], path: str) -> None:
         writer = csv.DictWriter(f, ["family", "device", "dtype", *sizes, *COLUMNS], restval="")
         writer.writeheader()
         writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in table)
+
+
+# ---- kplay run --against ---------------------------------------------------------------------------------
+
+def against_table(before: dict, after: dict) -> Group:
+    """Each contender's median before and now, the ratio, and the verdict (compare.verdict)."""
+    from .compare import differences, rows
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
+    for header, justify in [("against before", "left"), ("before", "right"), ("±", "right"), ("now", "right"),
+                            ("±", "right"), ("×", "right"), ("verdict", "left")]:
+        table.add_column(header, justify=justify, no_wrap=True)
+    style = {"faster": "green", "slower": "red", "same": "dim"}
+    for name, old, new, word in rows(before, after):
+        table.add_row(name, seconds(old["median_s"]), _spread(old), seconds(new["median_s"]), _spread(new),
+                      f"{old['median_s'] / new['median_s']:.2f}×", f"[{style[word]}]{word}[/]")
+    notes = [Text(f"warning: not like for like: {d}", style="yellow") for d in differences(before, after)]
+    rule = "same: medians within the larger noise, or interquartile ranges that overlap"
+    return Group(table, *notes, Text(rule, style="dim"))
 
 
 # ---- the C++ compiler's vectorization verdicts (kplay run, kplay show --asm) -----------------------------

@@ -26,9 +26,9 @@ FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3
 DEVICES = ("auto", *registry.DEVICES)
 # `kplay run`'s own options: a family's size may not take one of these names.
 OPTIONS = ("device", "variant", "dtype", "seed", "param", "timeout", "no-bench", "json", "path", "size", "baseline",
-           "skip-baseline", "no-compile", "explain")  # for a did-you-mean: `--timout 3` is a typo, not a size
+           "skip-baseline", "no-compile", "sanitize", "verbose", "no-ncu", "explain")  # for a did-you-mean: `--timout 3` is a typo, not a size
 RESERVED = {"device", "variant", "dtype", "seed", "param", "timeout", "bench", "json", "path", "size", "baseline",
-            "skip", "help", "no", "explain"}
+            "skip", "help", "no", "sanitize", "verbose", "explain"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class Request:
     budget_s: float = 0.3  # timing budget per contender
     warnings: tuple[str, ...] = ()  # things the user should know, e.g. a value held approximately
     given_params: tuple[str, ...] = ()  # the parameters the user set (a warning if no chosen variant uses one)
+    lineinfo: bool = False  # a sanitized run (every CUDA build has -lineinfo: its findings have file and line)
+    mode: str = "run"  # run; profile (torch.profiler around one call); nvtx (that call in an NVTX range, for ncu)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -70,7 +72,7 @@ class Request:
 def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: str | None = None, seed: int = 0,
          sizes: dict | None = None, params: dict | list | None = None, paths: list[str] | None = None,
          bench: bool = True, baselines=(), skip_baselines=(), one_baseline: bool = False, timeout: float = 120.0,
-         budget_s: float = 0.3) -> Request:
+         budget_s: float = 0.3, lineinfo: bool = False, mode: str = "run") -> Request:
     """Check a request against the family's task.toml; every mistake is a UsageError naming what was typed."""
     fam = registry.find(name, paths)
     if device not in DEVICES:
@@ -85,7 +87,7 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
     return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, fam.parse_params(pairs), bench,
                    tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings),
-                   tuple(p.partition("=")[0] for p in pairs))
+                   tuple(p.partition("=")[0] for p in pairs), lineinfo, mode)
 
 
 def _dtype(fam: registry.Family, dtype: str | None) -> str:

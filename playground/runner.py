@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
 import re
@@ -116,7 +117,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     baselines = chosen_baselines(spec, req)
     device = resolve_device(req.device, fam, req.variant)
     chosen = fam.pick_variants(device, req.variant)
-    built = {v.name: build(fam, v, req.params, on_event) for v in chosen}
+    built = {v.name: build(fam, v, req.params, on_event) for v in chosen}  # every CUDA build has -lineinfo
     used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
     unused = [f"--param {k}: no chosen variant uses it" for k in req.given_params if k not in used]
     result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
@@ -142,23 +143,51 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
 def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> tuple[Check, str]:
     """The check at every case (_cases), on poisoned memory, in order."""
     checks, shown = [], ""
-    for label, make in _cases(spec, fam, req, main, dtype, device):
-        on_event(events.CHECK, variant=variant, case=label)
-        try:
+    try:
+        for label, make in _cases(spec, fam, req, main, dtype, device):
+            on_event(events.CHECK, variant=variant, case=label)
             check, stdout = _check(spec, ops, variant, make(), dtype, label)
-        except KernelCrash as e:
-            raise KernelCrash(_in_sources(str(e), fam, fam.variants[variant])) from None
-        checks.append(check)
-        shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
+            checks.append(check)
+            shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
+        if "values" not in req.sizes:
+            on_event(events.CHECK, variant=variant, case=_label(fam, req.sizes) + " reused")
+            checks.append(_check_reused(spec, ops, variant, main, dtype, _label(fam, req.sizes)))
+    except KernelCrash as e:
+        raise KernelCrash(_in_sources(str(e), fam, fam.variants[variant])) from None
     return merge(checks), shown
+
+
+REUSED = ("the same memory with new values gave a wrong answer: a result kept from an earlier call "
+          "(cached by its pointer, or by a sample of its values)?")
+
+
+def _check_reused(spec, ops, variant, main, dtype, label) -> Check:
+    """The requested size in memory the kernel has seen before, its values changed (the first and the last
+    kept): a result cached by pointer, or by a hash of a few elements, is stale here and fails."""
+    import torch
+
+    inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in main)
+    case = label + " reused"
+    try:
+        spec.call(ops, variant, *inputs)  # what a cache would keep
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and x.numel() > 2 and (x.is_floating_point() or x.is_signed()):
+                x.view(-1)[1:-1].neg_()  # in place: the same pointer, the same first and last elements
+    except Exception as e:
+        raise KernelCrash(f"{variant} raised at {case}: {_first_line(e)}") from None
+    check, _ = _check(spec, ops, variant, inputs, dtype, case)
+    return check if check.ok else dataclasses.replace(check, mismatches=[*check.mismatches, f"{case}: {REUSED}"])
+
+
+def _label(fam, sizes: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
 
 
 def _cases(spec, fam, req, main, dtype, device):
     """(label, inputs maker): each test size, the requested size (inputs `main`), and its probe if the spec has one."""
     import torch
 
-    def label(sizes: dict) -> str:
-        return " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
+    label = functools.partial(_label, fam)
 
     for test in ([] if "values" in req.sizes else fam.test_sizes):
         sizes = {**req.sizes, **test}

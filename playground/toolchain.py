@@ -121,3 +121,16 @@ def cpu_model() -> str:
         return next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def cuda_tool(name: str) -> str | None:
+    """A CUDA tool (ncu, compute-sanitizer): on PATH, in the CUDA root's bin, else from NVIDIA's pip wheel.
+
+    The wheels (nvidia-cuda-sanitizer-api, ...) put a launcher script in site-packages/nvidia/cu13/bin.
+    """
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = [Path(cuda_home() or "/usr/local/cuda") / "bin", Path("/usr/local/cuda/bin")]
+    folders += [Path(p) / "nvidia" / sub / "bin" for p in sys.path if p for sub in ("cu13", "cu12", "cuda_sanitizer_api")]
+    return next((str(f / name) for f in folders if os.access(f / name, os.X_OK)), None)

@@ -1,4 +1,4 @@
-"""The child process that runs a kernel: `python -m playground.worker FD`, the request (JSON) on stdin.
+"""The child process that runs a kernel: `python -m playground.worker FD` (or `@FILE`), the request (JSON) on stdin.
 
 Events and the result go to FD as JSON lines; the kernel's own stdout and stderr go wherever the
 parent pointed them. Whatever the kernel does to this process, the parent survives it.
@@ -46,7 +46,8 @@ def die_with_parent() -> None:
 
 def main() -> None:
     die_with_parent()
-    out = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+    target = sys.argv[1]
+    out = open(target[1:], "w", buffering=1) if target.startswith("@") else os.fdopen(int(target), "w", buffering=1)
 
     def send(**message) -> None:
         out.write(json.dumps(message) + "\n")
@@ -60,7 +61,13 @@ def main() -> None:
 
     try:
         request = Request.from_json(sys.stdin.read())
-        result = runner.execute(request, lambda event, **data: send(event=event, **data))
+        on_event = lambda event, **data: send(event=event, **data)
+        if request.mode == "run":
+            result = runner.execute(request, on_event)
+        else:
+            from . import profile
+
+            result = profile.execute(request, on_event)
         send(result=result.to_dict())
     except KplayError as e:
         send(error={"kind": type(e).__name__, "message": str(e), "details": getattr(e, "details", [])})

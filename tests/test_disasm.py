@@ -1,6 +1,7 @@
 """kplay show --ptx / --sass / --asm and the C++ vectorization report, all read from the build (no GPU needed)."""
 
 import json
+import os
 import platform
 
 import pytest
@@ -72,10 +73,8 @@ def test_two_code_views_at_once_is_refused(kplay):
     assert result.exit_code == 2 and "choose one" in result.stderr
 
 
-def test_a_missing_nvdisasm_names_its_pip_package(kplay, monkeypatch, tmp_path):
-    monkeypatch.setattr(disasm, "wheel_bins", lambda: [])
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    monkeypatch.setenv("PATH", str(tmp_path))
+def test_a_missing_nvdisasm_names_its_pip_package(kplay, monkeypatch):
+    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: None)  # not on PATH, in CUDA, nor a wheel
     result = kplay("show", "sum", "--variant", "fast", "--sass")
     assert result.exit_code == 2, result.output
     assert "pip install nvidia-cuda-nvdisasm" in result.stderr and "kplay[insight]" in result.stderr
@@ -83,12 +82,16 @@ def test_a_missing_nvdisasm_names_its_pip_package(kplay, monkeypatch, tmp_path):
 
 
 def test_nvdisasm_is_found_in_the_pip_wheel(tmp_path, monkeypatch):
-    """The wheels put their tools in site-packages/nvidia/cu13/bin: found there before CUDA's bin and PATH."""
-    fake = tmp_path / "cu13" / "bin"
+    """The wheel puts it in site-packages/nvidia/cu13/bin (this box has no other)."""
+    fake = tmp_path / "nvidia" / "cu13" / "bin"
     fake.mkdir(parents=True)
     (fake / "nvdisasm").write_text("#!/bin/sh\n")
     (fake / "nvdisasm").chmod(0o755)
-    monkeypatch.setattr(disasm, "wheel_bins", lambda: [fake])
+    monkeypatch.setattr("sys.path", [str(tmp_path)])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    if os.access("/usr/local/cuda/bin/nvdisasm", os.X_OK):
+        pytest.skip("the CUDA toolkit's nvdisasm comes first")
     assert disasm.tool("nvdisasm") == str(fake / "nvdisasm")
 
 

@@ -18,6 +18,8 @@ COMMANDS = [
     ["doctor"],
     ["run", "summ"],
     ["run", "sum", "--devic", "cpu"],
+    ["profile", "sum", "--device", "cpu"],
+    ["run", "sum", "--sanitize", "memchek"],
 ]
 
 

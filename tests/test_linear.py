@@ -102,7 +102,7 @@ def test_call_returns_y_and_three_gradients_shaped_as_output_like(cpp):
 def test_api_run_reports_gflops_against_F_linear():
     r = playground.run("linear", sizes={"batch": 64, "in": 48, "out": 40}, device="cpu", budget_s=0.02)
     v = r.variants[0]
-    assert r.ok and v.variant == "cpp" and len(v.check.cases) == len(FAMILY.test_sizes) + 1
+    assert r.ok and v.variant == "cpp" and len(v.check.cases) == len(FAMILY.test_sizes) + 2  # and the requested size reused
     assert v.gflops > 0 and r.baselines["F.linear"].gflops > 0 and v.speedup == pytest.approx(r.baselines["F.linear"].time.median_s / v.time.median_s)
 
 

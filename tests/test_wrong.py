@@ -28,7 +28,7 @@ def _known_wrong():
     for fam in FAMILIES.values():
         manifest = WRONG / fam.name / "wrong.toml"
         for entry in tomllib.loads(manifest.read_text())["wrong"] if manifest.exists() else []:
-            marks = [pytest.mark.cuda] if entry.get("mode") == "cuda" else []
+            marks = [pytest.mark.cuda] if entry.get("mode") in ("cuda", "sanitize") else []
             marks += [pytest.mark.slow] if entry["exit"] != 1 or "1e8" in entry.get("args", []) else []
             name = entry.get("name") or Path(entry["file"]).stem
             yield pytest.param(fam.name, entry, marks=marks, id=f"{fam.name}/{name}")
@@ -64,11 +64,24 @@ def wrong_folder(tmp_path: Path, family: str, entry: dict) -> Path:
 
 @pytest.mark.parametrize("family, entry", list(_known_wrong()))
 def test_known_wrong_kernels_fail_as_they_say(kplay, tmp_path, family, entry):
-    if entry.get("mode", "run") not in ("run", "cuda"):
-        pytest.skip(f"mode {entry['mode']}: not on this machine")
-    device = "cuda" if entry.get("mode") == "cuda" else "cpu"
-    result = kplay("run", wrong_folder(tmp_path, family, entry), "--device", device, "--no-bench",
+    """mode run: here; cuda: on a GPU; sanitize: on a GPU, under compute-sanitizer's `tool`."""
+    mode = entry.get("mode", "run")
+    device = "cpu" if mode == "run" else "cuda"
+    sanitized = ["--sanitize", entry["tool"]] if mode == "sanitize" else []
+    result = kplay("run", wrong_folder(tmp_path, family, entry), "--device", device, "--no-bench", *sanitized,
                    *entry.get("args", []))
     assert result.exit_code == entry["exit"], result.output
     assert entry["says"] in result.output
     assert "Traceback" not in result.output
+
+
+CUDA_SUMS = [v.name for v in FAMILIES["sum"].variants.values() if v.device == "cuda"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tool", ["memcheck", "racecheck"])
+@pytest.mark.parametrize("variant", CUDA_SUMS)
+def test_every_correct_cuda_sum_is_clean_under_the_sanitizer(kplay, variant, tool):
+    result = kplay("run", "sum", "--variant", variant, "--device", "cuda", "--sanitize", tool, "--n", "1e5")
+    assert result.exit_code == 0, result.output
+    assert f"{tool}: clean" in result.output

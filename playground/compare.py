@@ -1,0 +1,48 @@
+"""Two runs of the same kernel, before and after an edit: faster, slower or the same, per contender."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .errors import UsageError
+
+
+def verdict(before: dict, after: dict) -> str:
+    """'same' when the medians differ by less than the larger noise or the interquartile ranges overlap
+    (either says the difference is not shown); otherwise 'faster' or 'slower' (after against before)."""
+    a, b = before["median_s"], after["median_s"]
+    within_noise = abs(a - b) < max(before["noise"], after["noise"]) * min(a, b)
+    overlap = after["q1_s"] <= before["q3_s"] and before["q1_s"] <= after["q3_s"]
+    if within_noise or overlap:
+        return "same"
+    return "faster" if b < a else "slower"
+
+
+def load(path: Path) -> dict:
+    """A `kplay run --json` record, checked enough that a wrong file is one line, not a traceback."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UsageError(f"--against {path}: {e.strerror.lower() if e.strerror else e}") from None
+    except ValueError:
+        raise UsageError(f"--against {path}: not JSON (write it with kplay run ... --json > {path})") from None
+    if not isinstance(record, dict) or "variants" not in record or "family" not in record:
+        raise UsageError(f"--against {path}: not a kplay run record (write it with kplay run ... --json)")
+    return record
+
+
+def rows(before: dict, after: dict) -> list[tuple[str, dict, dict, str]]:
+    """(name, before's time, after's time, verdict) for every contender timed in both runs."""
+    def timed(r: dict) -> dict:
+        found = {v["variant"]: v["time"] for v in r["variants"]}
+        return found | {name: b["time"] for name, b in r.get("baselines", {}).items()}
+
+    old, new = timed(before), timed(after)
+    return [(name, old[name], t, verdict(old[name], t)) for name, t in new.items() if t and old.get(name)]
+
+
+def differences(before: dict, after: dict) -> list[str]:
+    """What makes the two runs not like for like (another family, device, dtype or size)."""
+    keys = ("family", "device", "dtype", "sizes")
+    return [f"{k}: {before.get(k)} before, {after.get(k)} now" for k in keys if before.get(k) != after.get(k)]

@@ -1,0 +1,336 @@
+"""`kplay profile`: one call at the requested size, after a warm-up, and the kernels it launched.
+
+Always: torch.profiler's records (GPU time, launch configuration, registers, shared memory), any GPU,
+no privileges. Where ncu is present and may read the counters: a second child under ncu, the same call
+in an NVTX range, for the speed-of-light and occupancy figures. The family's first baseline is profiled
+beside the variant.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from . import events
+from .errors import UsageError
+
+GPU_WORK = {"kernel": "kernel", "gpu_memset": "memset", "gpu_memcpy": "memcpy"}
+RANGE = "kplay"  # the NVTX range around the profiled call; ncu --nvtx-include "kplay/"
+NCU_ARGS = ["--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none", "--section", "SpeedOfLight",
+            "--section", "Occupancy", "--csv", "--page", "details", "--target-processes", "all"]
+NO_COUNTERS = ("ncu cannot read the GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or allow all users "
+               "(options nvidia NVreg_RestrictProfilingToAdminUsers=0 in /etc/modprobe.d, then reboot)")
+METRICS = {  # ncu's metric name -> the record's key
+    "Memory Throughput": "memory_pct", "Compute (SM) Throughput": "compute_pct", "DRAM Throughput": "dram_pct",
+    "L2 Cache Throughput": "l2_pct", "Achieved Occupancy": "achieved_occupancy_pct",
+    "Theoretical Occupancy": "theoretical_occupancy_pct", "Duration": "duration_ns",
+}
+
+
+# ---- the child: the call, profiled ------------------------------------------------------------------------
+
+def peak_gbps() -> float | None:
+    """The device's memory bandwidth: 2 (double data rate) x memory clock x bus width / 8, as nvbench computes it.
+
+    Until playground/device.py lands (it owns the device's peak figures); then this calls it.
+    """
+    import torch
+
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    clock_khz, bus_bits = getattr(p, "memory_clock_rate", 0), getattr(p, "memory_bus_width", 0)
+    return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
+
+
+def execute(req, on_event=events.ignore) -> "Profiled":
+    """Build, warm up, then profile one call of each chosen variant and of the first baseline."""
+    import torch
+
+    from . import spec as specs
+    from .build import build
+    from .runner import _inputs, resolve_device
+
+    fam = req.load_family()
+    spec = specs.load(fam)
+    resolve_device("cuda")
+    chosen = fam.pick_variants("cuda", req.variant)
+    built = {v.name: build(fam, v, req.params, on_event)[0] for v in chosen}
+    dtype = getattr(torch, req.dtype)
+    inputs = _inputs(spec, req.sizes, dtype, "cuda", req.seed)
+    calls = [("variant", v, spec.function(ops, v)) for v, ops in built.items()]
+    calls += [("baseline", b, fn) for b, fn in list(spec.baselines.items())[:1]]
+    on_event(events.PHASE, phase="profile")
+    profiled = []
+    for kind, name, fn in calls:
+        steps = spec.timings(fn, inputs)
+        _warm(steps)
+        work = [dict(k, step=label) for label, step in steps.items() for k in _one_call(step, req.mode == "nvtx")]
+        profiled.append({"kind": kind, "name": name, "kernels": work})
+    nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else None
+    return Profiled({"family": fam.name, "device": torch.cuda.get_device_name(), "dtype": req.dtype,
+                     "sizes": {k: v for k, v in req.sizes.items() if k in fam.sizes}, "params": req.params,
+                     "nbytes": nbytes, "peak_gbps": peak_gbps(), "contenders": profiled})
+
+
+class Profiled:
+    """The child's record; the worker sends to_dict()."""
+
+    def __init__(self, data: dict):
+        self.data = data
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+def _warm(steps: dict) -> None:
+    """Twice each step: the first launch loads the module and allocates; neither is what we profile."""
+    import torch
+
+    for prepare, run in steps.values():
+        for _ in range(2):
+            run(*prepare())
+    torch.cuda.synchronize()
+
+
+def _one_call(step, nvtx: bool) -> list[dict]:
+    """The GPU work of one call: torch.profiler's records, or (under ncu) the call in the NVTX range."""
+    import torch
+
+    prepare, run = step
+    args = prepare()
+    torch.cuda.synchronize()
+    if nvtx:
+        torch.cuda.nvtx.range_push(RANGE)
+        run(*args)
+        torch.cuda.nvtx.range_pop()
+        torch.cuda.synchronize()
+        return []
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        run(*args)
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:  # the chrome trace has the launch records on every torch
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        return gpu_work(json.loads(trace.read_text()))
+
+
+# ---- parsers (tested against the GPU box's real output in tests/data) --------------------------------------
+
+def gpu_work(trace: dict) -> list[dict]:
+    """The kernels, memsets and copies of a chrome trace, in launch order, with what launched them."""
+    rows = []
+    for e in sorted((e for e in trace.get("traceEvents", []) if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
+        a = e.get("args", {})
+        kind = GPU_WORK[e["cat"]]
+        rows.append({"kind": kind, "name": e["name"], "short": short_name(e["name"]) if kind == "kernel" else kind,
+                     "us": float(e.get("dur", 0.0)), "grid": a.get("grid"), "block": a.get("block"),
+                     "registers": a.get("registers per thread"), "shared_bytes": a.get("shared memory"),
+                     "occupancy_pct": a.get("est. achieved occupancy %")})
+    return rows
+
+
+def short_name(name: str, width: int = 30) -> str:
+    """'void sum_tree_kernel<float>(float const*, long, float*)' -> 'sum_tree_kernel<float>'; a long template
+    keeps its name: 'at::native::reduce_kernel<...>'."""
+    name = name.removeprefix("void ")
+    depth = 0
+    for i, ch in enumerate(name):
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0 and i > 0:
+            name = name[:i]
+            break
+    if len(name) > width and "<" in name:
+        name = name[:name.index("<")] + "<...>"
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+def ncu_kernels(text: str) -> list[dict]:
+    """ncu's --csv --page details output -> one record per profiled kernel, in launch order."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID","Process ID"')), None)
+    if start is None:
+        return []
+    rows = [r for r in csv.reader(io.StringIO("\n".join(ln for ln in lines[start:] if ln.startswith('"'))))]
+    header, kernels = rows[0], {}
+    for row in rows[1:]:
+        r = dict(zip(header, row))
+        k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"], "short": short_name(r["Kernel Name"]), "hints": []})
+        if r.get("Metric Name") in METRICS:
+            k[METRICS[r["Metric Name"]]] = _number(r["Metric Value"])
+        if r.get("Rule Type") in ("OPT", "INF") and r.get("Rule Description"):
+            k["hints"].append((r["Rule Type"], r["Rule Description"]))
+    for k in kernels.values():
+        hints = k.pop("hints")
+        best = next((d for t, d in hints if t == "OPT"), None) or next((d for _, d in hints), None)
+        k["hint"] = first_sentence(best) if best else None
+    return list(kernels.values())
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def first_sentence(text: str) -> str:
+    """ncu's rule text, cut to its first sentence ('... (100.0%) and ... (85.0%) can be ...' stays whole)."""
+    text = re.sub(r"\s*\(https?://[^)]*\)", "", text).strip()
+    m = re.search(r"(?<=[A-Za-z0-9%)\]])\.\s+(?=[A-Z])", text)
+    return text[:m.start() + 1] if m else text
+
+
+# ---- the parent: the profile, and ncu's figures matched to its kernels ------------------------------------
+
+def run(req, on_event=events.ignore, ncu: bool = True) -> dict:
+    """The profile record; with ncu, each kernel also gets ncu's figures (or a note says why not)."""
+    from . import isolate
+    from .toolchain import cuda_tool
+
+    result = isolate.run(req, on_event)
+    _rates(result)
+    exe = cuda_tool("ncu") if ncu else None
+    result["ncu"] = "skipped (--no-ncu)" if not ncu else "ncu not found (PATH, the CUDA toolkit's bin)" if not exe else None
+    if exe:
+        on_event(events.PHASE, phase="ncu")
+        result["ncu"] = _under_ncu(req, exe, result)
+    return result
+
+
+def _under_ncu(req, exe: str, result: dict) -> str | None:
+    """The same call again, in a child under ncu; its figures go onto result's kernels (or a note says why not)."""
+    import dataclasses
+
+    from . import isolate
+    from .errors import KplayError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "ncu.csv"
+        try:
+            isolate.run(dataclasses.replace(req, mode="nvtx"), under=[exe, *NCU_ARGS, "--log-file", str(log)])
+        except KplayError as e:  # without the counters the call may still finish; a crash here is ncu's
+            if not log.exists() or "ERR_NVGPUCTRPERM" not in log.read_text(errors="replace"):
+                return f"the run under ncu failed: {e}"
+        text = log.read_text(errors="replace") if log.exists() else ""
+    return attach(result, text)
+
+
+def _rates(result: dict) -> None:
+    """Each contender's GPU time (its kernels, memsets and copies added up), GB/s and % of peak."""
+    for c in result["contenders"]:
+        total = sum(k["us"] for k in c["kernels"])
+        for k in c["kernels"]:
+            k["share_pct"] = 100 * k["us"] / total if total else None
+        c["gpu_us"] = total
+        c["gbps"] = result["nbytes"] / (total * 1e-6) / 1e9 if result["nbytes"] and total else None
+        c["pct_peak"] = 100 * c["gbps"] / result["peak_gbps"] if c["gbps"] and result["peak_gbps"] else None
+
+
+def attach(result: dict, text: str) -> str | None:
+    """Give each kernel of the profile ncu's record, in launch order; a note when that cannot be done."""
+    if "ERR_NVGPUCTRPERM" in text:
+        return NO_COUNTERS
+    found = ncu_kernels(text)
+    ours = [k for c in result["contenders"] for k in c["kernels"] if k["kind"] == "kernel"]
+    if not found:
+        return "ncu profiled no kernel" + (f": {_last_error(text)}" if _last_error(text) else "")
+    if len(found) != len(ours):
+        return f"ncu saw {len(found)} kernels, the profiler {len(ours)}: its figures are left out"
+    for k, n in zip(ours, found):
+        k["ncu"] = n
+    return None
+
+
+def _last_error(text: str) -> str:
+    errors = [ln.removeprefix("==ERROR==").strip() for ln in text.splitlines() if ln.startswith("==ERROR==")]
+    return errors[-1] if errors else ""
+
+
+def check_device(device: str) -> None:
+    if device == "cpu":
+        raise UsageError("kplay profile profiles CUDA kernels: use --device cuda")
+
+
+# ---- the report --------------------------------------------------------------------------------------------
+
+def report(r: dict):
+    """Per contender its kernels (time, share, launch, registers, shared memory), the call's GB/s; ncu's lines."""
+    from rich.console import Group
+    from rich.text import Text
+
+    sizes = " · ".join(f"{k}={v:,}" for k, v in r["sizes"].items())
+    peak = f" · peak {r['peak_gbps']:,.0f} GB/s" if r.get("peak_gbps") else ""
+    parts = [Text(f"{r['family']} · {r['device']} · {r['dtype']} · {sizes}{peak}", style="bold")]
+    table = _table(("", "left"), ("kernel", "left"), ("time", "right"), ("share", "right"), ("grid×block", "right"),
+                   ("regs", "right"), ("smem B", "right"))
+    for c in r["contenders"]:
+        for i, k in enumerate(c["kernels"]):
+            table.add_row(c["name"] if i == 0 else "", k["short"],
+                          f"{k['us']:.3g} µs", f"{k['share_pct']:.0f}%" if k.get("share_pct") is not None else "-",
+                          _launch(k), _opt(k["registers"]), _bytes(k["shared_bytes"]))
+    parts.append(table)
+    for c in r["contenders"]:
+        rate = f" · {c['gbps']:,.0f} GB/s" if c.get("gbps") else ""
+        pct = f" ({c['pct_peak']:.0f}% of peak)" if c.get("pct_peak") else ""
+        parts.append(Text(f"{c['name']}: {c['gpu_us']:.3g} µs on the GPU{rate}{pct}"))
+    parts += _ncu_lines(r)
+    return Group(*parts)
+
+
+def _ncu_lines(r: dict) -> list:
+    """ncu's figures, one row per kernel (% of the device's peak), then its hints, each once."""
+    from rich.text import Text
+
+    if r.get("ncu"):
+        return [Text(f"ncu: {r['ncu']}", style="dim" if r["ncu"].startswith("skipped") else "yellow")]
+    table = _table(("ncu", "left"), ("kernel", "left"), ("mem %", "right"), ("SM %", "right"), ("DRAM %", "right"),
+                   ("L2 %", "right"), ("occupancy", "right"))
+    hints = {}
+    for c in r["contenders"]:
+        first = True
+        for k in c["kernels"]:
+            n = k.get("ncu")
+            if not n:
+                continue
+            pct = lambda key: _opt(n.get(key), "{:.0f}")
+            table.add_row(c["name"] if first else "", k["short"], pct("memory_pct"), pct("compute_pct"), pct("dram_pct"),
+                          pct("l2_pct"), f"{pct('achieved_occupancy_pct')} / {pct('theoretical_occupancy_pct')}%")
+            first = False
+            if n.get("hint"):
+                hints.setdefault(n["hint"], k["short"])
+    return [table, *(Text(f"{kernel}: {hint}", style="dim") for hint, kernel in hints.items())]
+
+
+def _table(*columns):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, padding=0, pad_edge=False, show_edge=False)  # the box puts one space between
+    for header, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True)
+    return table
+
+
+def _dims(d) -> str:
+    """[1056, 1, 1] -> '1056'; [1, 763, 1] -> '1,763' (trailing 1s dropped)."""
+    if not d:
+        return "-"
+    d = list(d)
+    while len(d) > 1 and d[-1] == 1:
+        d.pop()
+    return ",".join(map(str, d))
+
+
+def _launch(k: dict) -> str:
+    return f"{_dims(k['grid'])}×{_dims(k['block'])}" if k.get("grid") else "-"
+
+
+def _opt(x, fmt: str = "{}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _bytes(n) -> str:
+    return "-" if n is None else f"{n:,}"

@@ -1,0 +1,61 @@
+"""kplay run --against before.json: faster, slower or the same, from both runs' medians, noise and spreads."""
+
+import json
+
+import pytest
+
+from playground.compare import verdict
+
+
+def t(median, q1=None, q3=None, noise=0.001):
+    return {"median_s": median, "q1_s": q1 or median * 0.999, "q3_s": q3 or median * 1.001, "noise": noise}
+
+
+@pytest.mark.parametrize("before, after, expected", [
+    (t(1.0), t(0.5), "faster"),
+    (t(1.0), t(2.0), "slower"),
+    (t(1.0, noise=0.05), t(0.97, noise=0.01), "same"),  # within the larger noise
+    (t(1.0, 0.8, 1.2), t(0.9, 0.85, 0.95), "same"),  # the spreads overlap
+    (t(1.0, 0.99, 1.01), t(0.9, 0.89, 0.91, noise=0.001), "faster"),
+])
+def test_verdict(before, after, expected):
+    assert verdict(before, after) == expected
+
+
+@pytest.fixture(scope="module")
+def before(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["run", "sum", "--device", "cpu", "--n", "1e4", "--json"])
+    assert result.exit_code == 0
+    return json.loads(result.stdout)
+
+
+def test_against_an_earlier_run_says_faster_slower_or_same(kplay, before, tmp_path):
+    slow = json.loads(json.dumps(before))
+    for contender in (*slow["variants"], *slow["baselines"].values()):
+        for k in ("median_s", "q1_s", "q3_s"):
+            contender["time"][k] *= 1000  # "before" took 1000x as long: now is faster, whatever the noise
+        contender["time"]["noise"] = 0.0
+    (tmp_path / "before.json").write_text(json.dumps(slow))
+    result = kplay("run", "sum", "--device", "cpu", "--n", "1e4", "--against", tmp_path / "before.json")
+    assert result.exit_code == 0
+    rows = [line for line in result.output.splitlines() if line.startswith(("cpp ", "torch.sum "))]
+    assert len(rows) == 4 and all(r.rstrip().endswith("faster") for r in rows[2:])
+
+
+def test_against_another_size_warns_that_it_is_not_like_for_like(kplay, before, tmp_path):
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    result = kplay("run", "sum", "--device", "cpu", "--n", "2e4", "--against", tmp_path / "before.json")
+    assert "not like for like: sizes" in result.output
+
+
+@pytest.mark.parametrize("content, says", [(None, "no such file"), ("{", "not JSON"), ("[]", "not a kplay run record")])
+def test_a_bad_before_file_is_one_line_and_exit_2(kplay, tmp_path, content, says):
+    path = tmp_path / "before.json"
+    if content is not None:
+        path.write_text(content)
+    result = kplay("run", "sum", "--device", "cpu", "--against", path)
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output

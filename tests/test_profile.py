@@ -1,0 +1,164 @@
+"""kplay profile: the parsers against the GPU box's real output (tests/data), the CLI's errors, the GPU path."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from conftest import gpu
+from playground import profile
+
+DATA = Path(__file__).resolve().parent / "data"
+N = 10**8  # the fixtures' size: one call at n = 1e8, float32
+
+
+def trace(name: str) -> list[dict]:
+    return profile.gpu_work(json.loads((DATA / f"trace-{name}.json").read_text()))
+
+
+def ncu_text() -> str:
+    return (DATA / "ncu-details.csv").read_text()
+
+
+def test_profiler_records_give_each_kernel_its_time_and_launch():
+    memset, kernel = trace("fast")
+    assert memset["kind"] == "memset" and memset["us"] == pytest.approx(0.832)
+    assert kernel["short"] == "sum_fast_kernel<float>"
+    assert (kernel["grid"], kernel["block"], kernel["registers"], kernel["shared_bytes"]) == ([1056, 1, 1], [256, 1, 1], 32, 33)
+    assert kernel["us"] == pytest.approx(90.688)
+
+
+def test_a_multi_pass_kernel_lists_every_pass_in_launch_order():
+    grids = [k["grid"][0] for k in trace("tree")]
+    assert grids == [390625, 1526, 6, 1]  # 1e8 / 256, then / 256 again, down to one block
+
+
+def test_a_long_template_name_is_cut_to_fit_a_column():
+    (_, kernel) = trace("torch.sum")
+    assert kernel["short"] == "at::native::reduce_kernel<...>"
+    assert profile.short_name("void k<int>(int*, long)") == "k<int>"
+
+
+def test_ncu_csv_gives_throughput_occupancy_and_one_hint_per_kernel():
+    kernels = profile.ncu_kernels(ncu_text())
+    assert [k["short"] for k in kernels] == ["at::reduce_kernel<...>", *["sum_tree_kernel<float>"] * 4, "sum_fast_kernel<float>"]
+    fast = kernels[-1]
+    assert (fast["memory_pct"], fast["compute_pct"], fast["dram_pct"], fast["l2_pct"]) == (89.30, 9.45, 89.30, 90.71)
+    assert (fast["achieved_occupancy_pct"], fast["theoretical_occupancy_pct"]) == (99.04, 100)
+    assert fast["hint"] == ("This workload is utilizing greater than 80.0% of the available compute or memory "
+                            "performance of the device.")  # no OPT rule: the INF one
+
+
+def test_the_hint_is_the_first_opt_rule_in_one_sentence():
+    tree = profile.ncu_kernels(ncu_text())[1]
+    assert tree["hint"].startswith("The difference between calculated theoretical (100.0%) and measured achieved")
+    assert tree["hint"].endswith("during the kernel execution.")
+    last_pass = profile.ncu_kernels(ncu_text())[4]
+    assert last_pass["hint"] == ("This kernel grid is too small to fill the available resources on this device, "
+                                 "resulting in only 0.0 full waves across all SMs.")
+
+
+def profiled() -> dict:
+    """A profile record as the child sends it, from the three real traces, in the order ncu saw them."""
+    contenders = [{"kind": "baseline", "name": "torch.sum", "kernels": trace("torch.sum")},
+                  {"kind": "variant", "name": "tree", "kernels": trace("tree")},
+                  {"kind": "variant", "name": "fast", "kernels": trace("fast")}]
+    return {"family": "sum", "device": "NVIDIA H200", "dtype": "float32", "sizes": {"n": N}, "params": {},
+            "nbytes": 4 * N, "peak_gbps": 2 * 3201000e3 * 6016 / 8 / 1e9, "contenders": contenders}
+
+
+def test_the_call_s_gb_per_s_is_its_bytes_over_its_gpu_time():
+    r = profiled()
+    profile._rates(r)
+    fast = r["contenders"][2]
+    assert fast["gpu_us"] == pytest.approx(90.688 + 0.832)
+    assert fast["gbps"] == pytest.approx(4e8 / 91.52e-6 / 1e9)
+    assert fast["pct_peak"] == pytest.approx(100 * fast["gbps"] / 4813.8, rel=1e-3)
+    assert fast["kernels"][1]["share_pct"] == pytest.approx(100 * 90.688 / 91.52)
+
+
+def test_ncu_figures_go_to_the_kernels_in_launch_order():
+    r = profiled()
+    assert profile.attach(r, ncu_text()) is None
+    fast_kernel = r["contenders"][2]["kernels"][1]
+    assert fast_kernel["ncu"]["memory_pct"] == 89.30
+    assert "ncu" not in r["contenders"][2]["kernels"][0]  # ncu profiles kernels, not memsets
+    assert [k["ncu"]["short"] for k in r["contenders"][1]["kernels"]] == ["sum_tree_kernel<float>"] * 4
+
+
+def test_ncu_that_saw_other_kernels_is_left_out_with_a_note():
+    r = profiled()
+    r["contenders"].pop(0)
+    note = profile.attach(r, ncu_text())
+    assert note == "ncu saw 6 kernels, the profiler 5: its figures are left out"
+    assert not any("ncu" in k for c in r["contenders"] for k in c["kernels"])
+
+
+def test_no_counter_access_is_one_line_saying_how_to_enable_it():
+    # ncu's message when the driver keeps the counters for admins (the text of NVIDIA's ERR_NVGPUCTRPERM page)
+    text = ("==PROF== Connected to process 1750\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
+            "access NVIDIA GPU Performance Counters on the target device 0.\n")
+    note = profile.attach(profiled(), text)
+    assert "ERR_NVGPUCTRPERM" in note and "NVreg_RestrictProfilingToAdminUsers=0" in note and "root" in note
+
+
+def test_the_report_fits_80_columns():
+    r = profiled()
+    profile._rates(r)
+    r["ncu"] = profile.attach(r, ncu_text())
+    console = Console(width=80, record=True, color_system=None)
+    console.print(profile.report(r))
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "sum_fast_kernel<float>" in text and "1056×256" in text and "390625×256" in text
+    assert "fast: 91.5 µs on the GPU · 4,371 GB/s (91% of peak)" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("fast ") and "/ 100%" in ln).split()
+    assert row == ["fast", "sum_fast_kernel<float>", "89", "9", "89", "91", "99", "/", "100%"]
+    assert sum("too small to fill" in ln for ln in text.splitlines()) == 1  # a hint shown once
+
+
+@pytest.mark.skipif(gpu(), reason="the no-GPU message")
+def test_profile_without_a_gpu_is_one_line(kplay):
+    result = kplay("profile", "sum", "--variant", "fast", "--n", "1e5")
+    assert result.exit_code == 2
+    assert "kplay profile: no CUDA GPU is visible here" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (["sum", "--device", "cpu"], "profiles CUDA kernels: use --device cuda"),
+    (["sum", "--variant", "cpp"], "sum/cpp is a cpu variant"),
+    (["sum", "--n", "0"], "--n 0: must be at least 1"),
+])
+def test_profile_bad_input_is_one_line(kplay, args, says):
+    result = kplay("profile", *args)
+    assert result.exit_code == 2, result.output
+    assert says in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.cuda
+def test_peak_bandwidth_from_the_device_attributes():
+    import torch
+
+    peak = profile.peak_gbps()
+    assert peak and peak > 100
+    if "H200" in torch.cuda.get_device_name():
+        assert 4700 < peak < 4900  # 2 x 3.2 GHz x 6016 bits / 8 = 4.8 TB/s
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_profile_sum_fast_at_1e8(kplay):
+    start = time.perf_counter()
+    result = kplay("profile", "sum", "--variant", "fast", "--n", "1e8", "--json")
+    took = time.perf_counter() - start
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.output[result.output.index("{"):])
+    fast, base = r["contenders"]
+    assert (fast["name"], base["name"]) == ("fast", "torch.sum")
+    assert any(k["short"] == "sum_fast_kernel<float>" and k["grid"] and k["registers"] for k in fast["kernels"])
+    assert fast["gbps"] > 1000 and 0 < fast["pct_peak"] < 100
+    if r["ncu"] is None:  # ncu ran and could read the counters
+        assert all(k["ncu"]["memory_pct"] > 0 for k in fast["kernels"] if k["kind"] == "kernel")
+    print(f"kplay profile sum --variant fast --n 1e8: {took:.1f} s (ncu: {r['ncu'] or 'ran'})")
