@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import disasm, events, pch, render
+from . import disasm, events, pch, render, resources
 from .capture import stdout_fd
 from .errors import BuildError
 from .registry import Family, Variant
 from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, remark_flags, setup_env
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
-CUDA_FLAGS = ["-O3", "-std=c++20"]
+CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
 # What `kplay show --asm/--ptx/--sass` and the run report read from a build, none of which changes the code
 # generated: C++ line tables (-g1), CUDA line info (-lineinfo, also what a sanitizer's findings need).
 CXX_LINES = ["-g1"]
@@ -122,7 +123,10 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
             (where / disasm.KEEP).mkdir(parents=True)  # nvcc's --keep-dir
             own = [f for f in args["extra_cflags"] if not f.startswith("-DKPLAY_NS=")]  # the build's flags, less its name
             args["extra_cflags"] += pch.include_flags(args["cpp_sources"], own, on_event, variant.name)
-            _compile(name, where, args, family, variant)
+            output = _compile(name, where, args, family, variant)
+            if args["cuda_sources"]:
+                resources.save(where, output)  # before the marker: a build with a marker has its resources
+            disasm.keep(where, output, family)  # the loop remarks; nvcc's PTX and cubin
             marker.write_text(json.dumps({"so": so.name, "size": so.stat().st_size}))
         else:
             torch.ops.load_library(str(so))
@@ -132,25 +136,29 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     return getattr(torch.ops, name), info
 
 
-def _compile(name: str, where: Path, args: dict, family: Family, variant: Variant) -> None:
-    """load_inline, its output kept: the compiler's remarks (vectorization) go to stderr even when it succeeds.
+def _compile(name: str, where: Path, args: dict, family: Family, variant: Variant) -> str:
+    """load_inline; returns what the compilers printed (ptxas's resource lines, the loop remarks among it).
 
-    verbose=True is the only way load_inline shows a successful compiler's output (on fd 1, through ninja).
+    ninja prints the commands' output only when verbose, to fd 1: it is captured there, and torch's own
+    verbose chatter on sys.stdout is dropped. A failed build's output is the compiler's errors.
     """
     from torch.utils import cpp_extension
     from torch.utils.cpp_extension import load_inline
 
     # torch skips a name it compiled before in this process; the folder may be gone since (kplay clean).
     getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
-    try:
-        with stdout_fd() as printed:
-            load_inline(name=name, build_directory=str(where), is_python_module=False,
-                        no_implicit_headers=True, verbose=True, **args)
-    except RuntimeError as e:
-        raise compile_error(f"{printed.text}\n{e}", family, variant) from None
-    except OSError as e:
-        raise BuildError(f"{family.name}/{variant.name}: the built library does not load: {e}") from None
-    disasm.keep(where, printed.text, family)
+    failure = None
+    with stdout_fd() as printed, redirect_stdout(io.StringIO()):
+        try:
+            load_inline(name=name, build_directory=str(where), is_python_module=False, no_implicit_headers=True,
+                        verbose=True, **args)
+        except (RuntimeError, OSError) as e:
+            failure = e
+    if isinstance(failure, OSError):
+        raise BuildError(f"{family.name}/{variant.name}: the built library does not load: {failure}") from None
+    if failure is not None:
+        raise compile_error(f"{printed.text}\n{failure}", family, variant) from None
+    return printed.text
 
 
 def _valid(marker: Path, so: Path) -> bool:

@@ -153,7 +153,87 @@ def run_report(r: dict, explain: bool = False) -> Group:
         for k, step in enumerate(rows):
             table.add_row(who if k == 0 else "", *_cells(t, step, shape, r["baselines"], k == 0),
                           end_section=shape.steps and k == len(rows) - 1)
-    return Group(*_title(r), table, *vectorization(r, explain), *_notes(r))
+    return Group(*_title(r), table, *kernel_lines(r), *vectorization(r, explain), *_notes(r))
+
+
+MAX_KERNELS = 4  # per contender; an ATen op launches many (lltm): the ones with the most GPU time, --json has all
+
+
+def kernel_lines(r: dict, width: int = 80) -> list[Text]:
+    """Each contender's CUDA kernels: one line each, and one more for the launch and its occupancy on a GPU.
+
+    The build's part (ptxas: registers, static shared memory, spills, stack) is there without a GPU; on a
+    GPU, the launch (threads × blocks, from the profiler) and its theoretical occupancy, with what limits it.
+    """
+    rows = [(v["variant"], v.get("kernels", [])) for v in r["variants"]]
+    rows += [(name, b.get("kernels", [])) for name, b in r["baselines"].items()]
+    rows = [(who, kernels) for who, kernels in rows if kernels]
+    if not rows:
+        return []
+    every = [k for _, kernels in rows for k in kernels]
+    gpu = next((k["occupancy"]["gpu"] for k in every if k.get("occupancy")), None)
+    head = f"kernels launched by one call on {gpu}; occupancy is theoretical" if gpu else \
+        f"kernels, from ptxas ({every[0].get('arch', '')})"
+    out = [Text(head, style="dim")]
+    who_width, name_width = max(len(who) for who, _ in rows), max(len(k["name"]) for k in every)
+    indent = " " * (who_width + 1)  # under the name
+    for who, kernels in rows:
+        for k in _busiest(kernels):
+            first = f"{who:<{who_width}} {k['name']:<{name_width}}  "
+            for parts in filter(None, _kernel_parts(k)):
+                out += [Text(line) for line in _wrapped(first, parts, indent, width)]
+                first = indent
+        if len(kernels) > MAX_KERNELS:
+            out.append(Text(f"{indent}and {len(kernels) - MAX_KERNELS} more kernels (--json lists them)", style="dim"))
+    return out
+
+
+def _busiest(kernels: list[dict]) -> list[dict]:
+    """The MAX_KERNELS kernels with the most GPU time (the first ones without a GPU), in launch order."""
+    top = sorted(kernels, key=lambda k: -k["launch"]["gpu_s"] if k.get("launch") else 0)[:MAX_KERNELS]
+    return [k for k in kernels if any(k is t for t in top)]
+
+
+def _wrapped(first: str, parts: list[str], indent: str, width: int) -> list[str]:
+    """'first' then the parts joined by ' · ', a new line (from `indent`) before a part that would pass `width`."""
+    lines, sep = [first], ""
+    for part in parts:
+        if len(lines[-1]) + len(sep) + len(part) > width and lines[-1].strip():
+            lines.append(indent)
+            sep = ""
+        lines[-1] += sep + part
+        sep = " · "
+    return lines
+
+
+def _kernel_parts(k: dict) -> tuple[list[str], list[str]]:
+    """(['12 regs', '1.0 KB smem', '0 spill'], ['256 thr × 390,625 blk (4 launches)', '8 blk/SM, occupancy 100% (warps)'])."""
+    launch, occ = k.get("launch"), k.get("occupancy")
+    regs = k.get("registers", launch and launch["registers"])
+    built = [f"{regs} regs"] if regs is not None else []
+    built.append(f"{_bytes(launch['shared'] if launch else k.get('shared_static', 0))} smem")
+    if "spill_stores" in k:
+        spills = (k["spill_stores"], k["spill_loads"])
+        built.append("0 spill" if not any(spills) else f"spill {_bytes(spills[0])} st, {_bytes(spills[1])} ld")
+    if k.get("stack"):
+        built.append(f"{_bytes(k['stack'])} stack")
+    if not launch:
+        return built, []
+    count = f" ({launch['count']} launches)" if launch["count"] > 1 else ""
+    launched = [f"{_dims(launch['block'])} thr × {_dims(launch['grid'])} blk{count}"]
+    if occ:
+        launched.append(f"{occ['blocks_per_sm']} blk/SM, occupancy {occ['percent']:.0f}% ({occ['limit']})")
+    return built, launched
+
+
+def _bytes(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 10 * 1024 else f"{n / 1024:.0f} KB"
+
+
+def _dims(d: list | None) -> str:
+    """[256, 1, 1] -> '256', [16, 16, 1] -> '16×16', [390625, 1, 1] -> '390,625'."""
+    used = [n for n in (d or [1]) if n != 1] or [1]
+    return "×".join(f"{n:,}" for n in used)
 
 
 def _title(r: dict) -> list[Text]:

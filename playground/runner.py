@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from . import events, render, request as requests, spec as specs
+from . import events, render, request as requests, resources, spec as specs
 from .build import BuildInfo, build
 from .check import Check, as_tuple, compare, failed, merge
 from .errors import CHECK_FAILED, PASSED, KernelCrash, UsageError
@@ -32,6 +32,7 @@ class Timed:
 @dataclass(kw_only=True)
 class BaselineResult(Timed):
     name: str
+    kernels: list = field(default_factory=list)  # the CUDA kernels one call launched (resources.launched)
 
 
 @dataclass(kw_only=True)
@@ -44,6 +45,7 @@ class VariantResult(Timed):
     speedups: dict = field(default_factory=dict)  # baseline -> step -> ratio
     stdout: str = ""
     extra: dict = field(default_factory=dict)  # spec.extra verdicts, e.g. gradcheck
+    kernels: list = field(default_factory=list)  # its CUDA kernels: the build's resources, on a GPU the launches'
 
 
 @dataclass
@@ -125,6 +127,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     dtype = getattr(torch, req.dtype)
     main = _inputs(spec, req.sizes, dtype, device, req.seed)
     on_event(events.PHASE, phase="check")
+    arch = resources.Device.current().arch if device == "cuda" else None
     for v in chosen:
         ops, info = built[v.name]
         check, stdout = _check_all(spec, fam, req, ops, v.name, main, dtype, device, on_event)
@@ -132,8 +135,9 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
         failing = [f"{k}: FAIL" for k, val in extra.items() if val == "FAIL"]  # e.g. gradcheck
         if failing:
             check = dataclasses.replace(check, ok=False, mismatches=check.mismatches + failing)
+        kernels = resources.for_dtype(resources.of_build(info.name, arch), req.dtype)
         result.variants.append(VariantResult(variant=v.name, note=v.note, build=info, check=check, stdout=stdout,
-                                             extra=extra))
+                                             extra=extra, kernels=kernels))
     if fam.bench and req.bench:
         on_event(events.PHASE, phase="time")
         _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype)
@@ -204,7 +208,7 @@ POOL_MAX = 8  # but there are never more than this many (each costs a make_input
 def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
     """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
     fill in the rates and the speedups."""
-    from .timing import bench, copy_bandwidth
+    from .timing import copy_bandwidth
 
     device = result.device
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
@@ -220,14 +224,7 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
         if key in deviations:
             deviations[key].append((k, _deviation(out, expected[k][0])))
 
-    try:
-        # Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
-        # own (as in a model that runs the op step after step), from an idle GPU (the events then include
-        # the host's path to the first kernel), and also on a synchronized wall clock.
-        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock, observe=observe)
-        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
-    except Exception as e:  # a kernel that passed the check and fails when timed
-        raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None
+    stats, walls = _bench(spec, req, fns, device, nbytes, observe)
     result.peak_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
     result.inputs_timed = len(pool)
     rates = dict(nbytes=nbytes, flops=flops, peak=result.peak_gbps)
@@ -237,13 +234,49 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
     for v in result.variants:
         key = ("variant", v.variant)
         _timed(v, key, steps[key][0], stats, walls, rates)
-        v.speedups = {b: {label: t.median_s / (v.walls or v.timings)[label].median_s
-                          for label, t in (base.walls or base.timings).items()} for b, base in result.baselines.items()}
-        first = next(iter(result.baselines.values()), None)
-        v.speedup = first.time.median_s / v.time.median_s if first else None
+        _speedups(v, result.baselines)
         found = [*_timed_outputs(deviations, key, expected, v.timings), *_unseen_work(v.timings), *_impossible(v, device)]
         if found:
             v.check = dataclasses.replace(v.check, ok=False, mismatches=v.check.mismatches + found)
+    if device == "cuda":
+        _profile(result, {who: each[0] for who, each in steps.items()})  # the steps on the requested input
+
+
+def _profile(result: RunResult, steps: dict) -> None:
+    """One profiled call of each contender, after the timing: its kernels as launched, with their occupancy."""
+    try:
+        gpu = resources.Device.current()
+        for (kind, name), labelled in steps.items():
+            records = resources.profile(lambda fns=labelled: [f() for f in fns.values()])
+            if kind == "baseline":
+                result.baselines[name].kernels = resources.launched([], records, gpu)
+            else:
+                v = next(v for v in result.variants if v.variant == name)
+                v.kernels = resources.launched(resources.of_build(v.build.name, gpu.arch), records, gpu)
+    except Exception as e:  # the profiler is an extra: it never fails a run that passed
+        result.warnings.append(f"kernel launches not profiled: {_first_line(e)}")
+
+
+def _speedups(v, baselines: dict) -> None:
+    """Each baseline's time over the variant's, per step, and the first baseline's over the whole call."""
+    v.speedups = {b: {label: t.median_s / (v.walls or v.timings)[label].median_s
+                      for label, t in (base.walls or base.timings).items()} for b, base in baselines.items()}
+    first = next(iter(baselines.values()), None)
+    v.speedup = first.time.median_s / v.time.median_s if first else None
+
+
+def _bench(spec, req, fns: dict, device: str, nbytes: int, observe) -> tuple[dict, dict]:
+    """Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
+    own (as in a model that runs the op step after step), from an idle GPU (the events then include
+    the host's path to the first kernel), and also on a synchronized wall clock."""
+    from .timing import bench
+
+    try:
+        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock, observe=observe)
+        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
+    except Exception as e:  # a kernel that passed the check and fails when timed
+        raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None
+    return stats, walls
 
 
 def _pool(spec, req, main, dtype, device, nbytes) -> list:

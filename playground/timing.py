@@ -51,14 +51,11 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
           warm: bool = False, observe: Callable | None = None, noise_target: float = NOISE_TARGET) -> dict[str, Stats]:
     """Time each function, taking turns so drift hits all alike; on CUDA with events (or a synced wall clock).
 
-    A (prepare, run) pair times run(*prepare()) alone: a backward needs a fresh graph, untimed. A list of
-    them is one contender on several inputs: round k times entry k % len, so consecutive calls never see the
-    same input, and observe(name, k, output) sees every timed call's output, untimed.
-    warm (for host-bound ops): each sample follows one untimed call of the same function, as when a model
-    runs one op step after step (otherwise it follows another contender's, and pays for the CPU's cold
-    caches), and starts from an idle GPU, so the host's path to the first kernel counts in the events too;
-    no L2 flush: a model's weights stay in the cache from step to step.
-    Sampling stops when every contender's noise is below noise_target (after MIN_SAMPLES) or the budget is spent.
+    A (prepare, run) pair times run(*prepare()) alone (a backward needs a fresh graph, untimed); a list of
+    them is one contender on several inputs, entry k % len in round k, and observe(name, k, output) sees
+    every timed call's output, untimed. warm (host-bound ops): each sample follows an untimed call of its
+    own, as in a model's loop, from an idle GPU, with no L2 flush. Sampling stops once every contender's
+    noise is below noise_target (after MIN_SAMPLES), or when the budget is spent.
     """
     import torch
 
@@ -68,11 +65,6 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     if events:
         fns[EMPTY] = [(tuple, lambda: None)]  # what recording the events and the device-wide sync cost alone
     flush = _l2_flusher(working_set) if events and not warm else None
-    method = "perf_counter" if not cuda else "synchronized wall clock" if wall else "CUDA events"
-    if flush:
-        method += ", L2 flushed"
-    if warm:
-        method += ", each call after one of its own, from an idle GPU" if cuda else ", each call after one of its own"
     for pairs in fns.values():  # warm-up: caches, lazy init, allocator
         for prepare, run in pairs * 3:
             run(*prepare())
@@ -81,32 +73,50 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     clock = _SmClock() if cuda else None
     samples: dict[str, list] = {k: [] for k in fns}
     start, rounds = time.perf_counter(), 0
-    while True:
+    while not _enough(rounds, time.perf_counter() - start, budget_s, samples, noise_target):
         mhz = clock.read() if clock else None
         for name, pairs in fns.items():
             k = rounds % len(pairs)
-            prepare, run = pairs[k]
-            args = prepare()
-            if warm:
-                run(*args)
-                args = prepare()
-                if cuda:
-                    torch.cuda.synchronize()
-            seconds, host, out = _one(run, args, cuda, events, flush)
+            seconds, host, out = _turn(*pairs[k], warm, cuda, events, flush)
             samples[name].append((seconds, host, mhz))
             if observe and name != EMPTY:
                 observe(name, k, out)
         rounds += 1
-        spent = time.perf_counter() - start
-        quiet = rounds >= MIN_SAMPLES and rounds % 10 == 0 and all(
-            _noise([s[0] for s in v]) < noise_target for k, v in samples.items() if k != EMPTY)
-        if rounds >= MAX_SAMPLES or (rounds >= MIN_SAMPLES and (spent >= budget_s or quiet)) or (rounds >= 5 and spent >= 20 * budget_s):
-            break
-    stats = {k: _summary(v, method, clock) for k, v in samples.items()}
+    stats = {k: _summary(v, _method(cuda, wall, flush, warm), clock) for k, v in samples.items()}
     if events:
         empty = stats.pop(EMPTY)
         stats = {k: dataclasses.replace(v, host_floor_s=empty.host_s - empty.median_s) for k, v in stats.items()}
     return stats
+
+
+def _enough(rounds: int, spent: float, budget_s: float, samples: dict, noise_target: float) -> bool:
+    """At least MIN_SAMPLES, then until the budget is spent or every contender is quiet; a slow kernel stops
+    at 5 samples once it has taken 20 budgets."""
+    quiet = rounds >= MIN_SAMPLES and rounds % 10 == 0 and all(
+        _noise([s[0] for s in v]) < noise_target for k, v in samples.items() if k != EMPTY)
+    return rounds >= MAX_SAMPLES or (rounds >= MIN_SAMPLES and (spent >= budget_s or quiet)) or (rounds >= 5 and spent >= 20 * budget_s)
+
+
+def _turn(prepare, run, warm: bool, cuda: bool, events: bool, flush):
+    """One contender's timed call (after an untimed one of its own when warm)."""
+    import torch
+
+    args = prepare()
+    if warm:
+        run(*args)
+        args = prepare()
+        if cuda:
+            torch.cuda.synchronize()
+    return _one(run, args, cuda, events, flush)
+
+
+def _method(cuda: bool, wall: bool, flush, warm: bool) -> str:
+    method = "perf_counter" if not cuda else "synchronized wall clock" if wall else "CUDA events"
+    if flush:
+        method += ", L2 flushed"
+    if warm:
+        method += ", each call after one of its own, from an idle GPU" if cuda else ", each call after one of its own"
+    return method
 
 
 EMPTY = "(empty call)"  # bench's own contender on CUDA events: the floor of the host clock's excess

@@ -35,3 +35,18 @@ def test_every_report_fits_80_columns(args):
     assert "…" not in result.output
     if args[0] == "show":  # a title is never cut, as a panel's border would cut it
         assert "reduction ladder on the GPU" in " ".join(result.output.split()) or args[1:] != ["sum"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("args", [["run", "sum", "--device", "cuda", "--variant", "all", "--n", "1e6"],
+                                  ["run", "lltm", "--device", "cuda", "--skip-baseline", "torch.compile"]],
+                         ids=" ".join)
+def test_gpu_runs_with_their_kernel_lines_fit_80_columns(args):
+    """On a GPU the run adds a line or two per kernel (resources, launch, occupancy): still 80 columns."""
+    from cli import app
+
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
+    assert "…" not in result.output and "occupancy" in result.output
