@@ -157,6 +157,7 @@ def student_file(path: str, where: Path, family, variant) -> str:
 
 
 def _is_students(path: str, where: Path, family) -> bool:
+    """The build's copy of the variant's sources, or a file in the family's folder (a header it includes)."""
     p = Path(path)
     if p.name in ("main.cpp", "cuda.cu") and (p.parent == where or not p.is_absolute()):
         return True
