@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests ladder sum linear lltm lltm-cli rebuild sweeps
+#     steps: tests ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -19,7 +19,7 @@ pip install -q --no-deps .whl/*.whl > $R/pip.txt 2>&1  # carried wheels: nvidia-
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
-        tests) step pytest-cuda 420 python3 -m pytest -q -m cuda -p no:cacheprovider tests ;;
+        tests) step pytest-cuda 420 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
@@ -28,6 +28,15 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         sweeps) OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh ;;
+        quick) step pytest-quick 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_timing.py tests/test_profile.py \
+                   tests/test_sanitize.py tests/test_resources.py tests/test_layout.py tests/test_wrong.py -k "not every_variant" ;;
+        insight) step run-all-1e8 90 python3 cli.py run sum --device cuda --variant all --n 1e8
+                 step profile-fast 90 bash -c "time python3 cli.py profile sum --variant fast --n 1e8"
+                 step profile-fast-json 90 python3 cli.py profile sum --variant fast --n 1e8 --json
+                 step sanitize-fast 90 bash -c "time python3 cli.py run sum --variant fast --sanitize memcheck"
+                 step sass-fast 60 python3 cli.py show sum --variant fast --sass
+                 step ptx-fast 60 python3 cli.py show sum --variant fast --ptx ;;
+        nvbench) step nvbench 400 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
         *) echo "unknown step $s" ;;
     esac
 done

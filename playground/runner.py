@@ -14,7 +14,7 @@ from . import events, render, request as requests, resources, spec as specs
 from .build import BuildInfo, build
 from .check import Check, as_tuple, compare, failed, merge
 from .errors import CHECK_FAILED, PASSED, KernelCrash, UsageError
-from .timing import Stats
+from .timing import Stats, as_pair
 
 
 @dataclass(kw_only=True)
@@ -247,7 +247,7 @@ def _profile(result: RunResult, steps: dict) -> None:
     try:
         gpu = resources.Device.current()
         for (kind, name), labelled in steps.items():
-            records = resources.profile(lambda fns=labelled: [f() for f in fns.values()])
+            records = resources.profile(lambda steps=labelled: [run(*prepare()) for prepare, run in map(as_pair, steps.values())])
             if kind == "baseline":
                 result.baselines[name].kernels = resources.launched([], records, gpu)
             else:
@@ -412,7 +412,7 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
                 return failed(str(e), source, case), printed.text
         # Each output is read in stream order on PyTorch's current stream, before any device-wide sync:
         # a kernel whose work is still running on another stream gives what the poisoned memory held.
-        result = compare(out, ref, tol, source, case, spec.outputs)
+        result = compare(_read_in_stream_order(out) if cuda else out, ref, tol, source, case, spec.outputs)
         if cuda:
             torch.cuda.synchronize()  # an error in work that nothing read shows here
     except Exception as e:
@@ -421,6 +421,16 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
         if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
             result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
     return result, printed.text
+
+
+def _read_in_stream_order(out):
+    """The outputs copied to pinned host memory on the current stream, which alone is then waited for (a
+    copy to pageable memory may wait for more than that stream)."""
+    import torch
+
+    host = tuple(o.detach().to("cpu", non_blocking=True) if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
+    torch.cuda.current_stream().synchronize()
+    return host if isinstance(out, (tuple, list)) else host[0]
 
 
 def _poison(like):

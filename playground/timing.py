@@ -59,7 +59,7 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     """
     import torch
 
-    fns = {k: [_pair(f) for f in f] if isinstance(f, list) else [_pair(f)] for k, f in fns.items()}
+    fns = {k: [as_pair(f) for f in f] if isinstance(f, list) else [as_pair(f)] for k, f in fns.items()}
     cuda = device == "cuda"
     events = cuda and not wall
     if events:
@@ -122,7 +122,7 @@ def _method(cuda: bool, wall: bool, flush, warm: bool) -> str:
 EMPTY = "(empty call)"  # bench's own contender on CUDA events: the floor of the host clock's excess
 
 
-def _pair(f):
+def as_pair(f):
     return f if isinstance(f, tuple) else (tuple, f)
 
 
