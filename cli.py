@@ -127,11 +127,36 @@ def list_(json_: Json = False, path: Path_ = None):
     out.print(family_table(rows))
 
 
+Kernel = Annotated[Optional[str], typer.Option("--kernel", help="Only the function(s) whose name contains this.")]
+
+
 @app.command()
 @friendly
 def show(name: Annotated[str, typer.Argument(help="A kernel family or the path of a snippet folder.")],
-         device: Device = Device.cpu, variant: Variant = None, param: Params = None, path: Path_ = None):
-    """Show what a kernel teaches, its sizes and parameters, then its rendered source, highlighted."""
+         device: Device = Device.cpu, variant: Variant = None, param: Params = None, path: Path_ = None,
+         ptx: Annotated[bool, typer.Option("--ptx", help="The CUDA kernels' PTX under their source lines.")] = False,
+         sass: Annotated[bool, typer.Option("--sass", help="The CUDA kernels' SASS (needs nvdisasm).")] = False,
+         asm: Annotated[bool, typer.Option("--asm", help="The C++ functions' machine code, and which loops vectorized.")] = False,
+         kernel: Kernel = None, json_: Json = False):
+    """Show what a kernel teaches, its sizes and parameters, then its rendered source, highlighted.
+
+    With [b]--ptx[/b], [b]--sass[/b] or [b]--asm[/b]: what the compiler made of it, each source line
+    above its instructions (CUDA is built for the configured GPU arch: no GPU needed).
+    """
+    fam = registry.find(name, path)
+    params = fam.parse_params(param or [])
+    kinds = [k for k, on in (("ptx", ptx), ("sass", sass), ("asm", asm)) if on]
+    if len(kinds) > 1:
+        raise UsageError(f"--{kinds[0]} and --{kinds[1]}: choose one")
+    if kinds:
+        return _show_code(fam, kinds[0], variant, params, kernel, json_)
+    if kernel or json_:
+        raise UsageError(f"{'--kernel' if kernel else '--json'} goes with --ptx, --sass or --asm")
+    _show_source(fam, device, variant, params)
+
+
+def _show_source(fam, device: Device, variant: str | None, params: dict) -> None:
+    """The note, the sizes and parameters, then each chosen variant's rendered sources."""
     from rich.markdown import Markdown
     from rich.panel import Panel
     from rich.syntax import Syntax
@@ -139,8 +164,6 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
     from playground.render import sources
     from playground.report import sizes_table
 
-    fam = registry.find(name, path)
-    params = fam.parse_params(param or [])
     out.print(f"[b]{fam.name}[/b]: {escape(fam.summary)}")  # a panel's title would be cut at the border
     out.print(Panel(Markdown(fam.note.strip() or fam.summary)))
     out.print(sizes_table(fam))
@@ -149,6 +172,35 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
         for file, text in sources(fam, v, params).items():
             syntax = Syntax(text, "cuda" if file.endswith(".cu") else "cpp", line_numbers=True, word_wrap=True)
             out.print(Panel(syntax, title=str(fam.path / file), title_align="left"))
+
+
+def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | None, json_: bool) -> None:
+    """`show --ptx/--sass/--asm`: a variant by name whatever its device (the build needs no GPU), else the first."""
+    from playground import disasm
+    from playground.report import code_listing, loop_line
+
+    if variant and variant != "all":
+        chosen = [fam.variant(variant)]
+    else:
+        chosen = fam.pick_variants("cpu" if kind == "asm" else "cuda", variant)
+    for v in chosen:
+        disasm.require(kind, fam, v)  # every refusal before the first build
+    records = []
+    for v in chosen:
+        with _progress() as on_event:
+            found, lines, loops = disasm.compiled(kind, fam, v, params, on_event)
+        found = disasm.pick(found, kernel, f"{fam.name}/{v.name}")
+        functions = disasm.to_json(found, lines)
+        records.append({"family": fam.name, "variant": v.name, "kind": kind, "functions": functions, "loops": loops})
+        if not json_:
+            shown = [str(fam.path / s) for s in v.sources if s.endswith(".cu") == (kind != "asm")]
+            title = f"[b]{fam.name}/{v.name}[/b] · {kind} · {escape(', '.join(shown))}"
+            for loop in loops if kind == "asm" else []:
+                title += "\n" + loop_line(loop).markup
+            own = {str(fam.path / s) for s in v.sources}
+            out.print(code_listing(functions, loops if kind == "asm" else [], title, own))
+    if json_:
+        print(json.dumps(records, indent=2))
 
 
 @app.command(context_settings=FAMILY_OPTIONS)
@@ -160,7 +212,8 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
         sanitize: Sanitize = None,
         verbose: Annotated[bool, typer.Option("--verbose", help="With --sanitize: the tool's whole output.")] = False,
         path: Path_ = None, help_: Help = False,
-        against: Annotated[Optional[Path], typer.Option(help="A --json record of an earlier run: faster, slower or same, per variant.")] = None):
+        against: Annotated[Optional[Path], typer.Option(help="A --json record of an earlier run: faster, slower or same, per variant.")] = None,
+        explain: Annotated[bool, typer.Option("--explain", help="Every C++ loop's vectorization verdict, however many.")] = False):
     """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
 
     The kernel's sizes are options too: [b]kplay run sum --n 1e7[/b], [b]kplay run lltm --batch 64[/b]
@@ -180,7 +233,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     before = compare.load(against) if against else None
     with _progress() as on_event:
         result = _sanitized(req, sanitize, on_event) if sanitize else isolate.run(req, on_event)
-    _show_run(result, json_, sanitize, verbose, before)
+    _show_run(result, json_, sanitize, verbose, before, explain)
     raise typer.Exit(result["exit_code"])
 
 
@@ -191,7 +244,8 @@ def _sanitized(req, tool: str, on_event) -> dict:
     return sanitize.run(req, tool, on_event)
 
 
-def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, before: dict | None) -> None:
+def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, before: dict | None,
+              explain: bool = False) -> None:
     """The run's table (a run the sanitizer's finding ended has none), then what the sanitizer found, or
     the comparison with an earlier run."""
     if json_:
@@ -200,7 +254,7 @@ def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, be
     from playground import report, sanitize as sanitizer
 
     if "variants" in result:
-        out.print(report.run_report(result))
+        out.print(report.run_report(result, explain))
     if sanitize:
         out.print(sanitizer.report(result, verbose))
     if before and "variants" in result:

@@ -11,17 +11,21 @@ import re
 import shutil
 import time
 from contextlib import contextmanager, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import events, pch, render, resources
+from . import disasm, events, pch, render, resources
 from .capture import stdout_fd
 from .errors import BuildError
 from .registry import Family, Variant
-from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, setup_env
+from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, remark_flags, setup_env
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
 CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
+# What `kplay show --asm/--ptx/--sass` and the run report read from a build, none of which changes the code
+# generated: C++ line tables (-g1), CUDA line info (-lineinfo, also what a sanitizer's findings need).
+CXX_LINES = ["-g1"]
+CUDA_LINES = ["-lineinfo"]
 MAX_ERRORS = 3
 _loaded: set[str] = set()  # builds whose library this process has loaded
 ENGINE_INCLUDE = Path(__file__).resolve().parent / "include"  # kplay/stable.h, on every build's -I path
@@ -32,6 +36,7 @@ class BuildInfo:
     name: str
     seconds: float
     cached: bool
+    loops: list = field(default_factory=list)  # the C++ compiler's verdict on each loop of the student's files
 
 
 @contextmanager
@@ -61,8 +66,8 @@ def _headers(family: Family, variant: Variant) -> tuple[list[str], dict[str, str
     return [str(ENGINE_INCLUDE), *([str(family.path)] if variant.includes else [])], texts
 
 
-def _identity(family: Family, variant: Variant, srcs: dict[str, str], lineinfo: bool = False) -> tuple[str, dict]:
-    """The build's name (family, variant, content hash) and its load_inline arguments (-lineinfo keys its own)."""
+def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[str, dict]:
+    """The build's name (family, variant, content hash) and its load_inline arguments."""
     import torch
 
     version, machine_flags = compiler()
@@ -70,8 +75,8 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str], lineinfo: 
     args = dict(
         cpp_sources=[t for n, t in srcs.items() if not n.endswith(".cu")],
         cuda_sources=[t for n, t in srcs.items() if n.endswith(".cu")] or None,
-        extra_cflags=[*CXX_FLAGS, *machine_flags, *variant.cflags],
-        extra_cuda_cflags=[*CUDA_FLAGS, *(["-lineinfo"] * lineinfo), *variant.cuda_cflags] if has_cuda else None,
+        extra_cflags=[*CXX_FLAGS, *machine_flags, *CXX_LINES, *remark_flags(), *variant.cflags],
+        extra_cuda_cflags=[*CUDA_FLAGS, *CUDA_LINES, *variant.cuda_cflags] if has_cuda else None,
         extra_ldflags=list(variant.ldflags),
     )
     args["extra_include_paths"], headers = _headers(family, variant)
@@ -86,12 +91,12 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str], lineinfo: 
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]
     args["extra_cflags"] += ns
-    if has_cuda:
-        args["extra_cuda_cflags"] += ns
+    if has_cuda:  # nvcc leaves the PTX and the cubin it made in the build's folder: what --ptx and --sass show
+        args["extra_cuda_cflags"] += [*ns, "--keep", f"--keep-dir={cache_dir() / name / disasm.KEEP}"]
     return name, args
 
 
-def build(family: Family, variant: Variant, params: dict, on_event=events.ignore, lineinfo: bool = False):
+def build(family: Family, variant: Variant, params: dict, on_event=events.ignore):
     """Compile (or reuse) a variant; returns (torch.ops namespace or None, BuildInfo)."""
     if not variant.sources:
         return None, BuildInfo(name="", seconds=0.0, cached=True)
@@ -101,41 +106,47 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     srcs = render.sources(family, variant, params)
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
-    name, args = _identity(family, variant, srcs, lineinfo)
-    if name in _loaded:  # the same content is already in this process (a library loads only once)
-        return getattr(torch.ops, name), BuildInfo(name=name, seconds=0.0, cached=True)
+    name, args = _identity(family, variant, srcs)
     where = cache_dir() / name
     so = where / f"{name}.so"
     marker = where / "kplay.json"
+    # The same content is already in this process (a library loads only once). Its folder must still be
+    # there for `kplay show`; after a `kplay clean` it is built again (dlopen of the same path is a no-op).
+    if name in _loaded and _valid(marker, so):
+        return getattr(torch.ops, name), BuildInfo(name, 0.0, True, disasm.loops(where, family, variant))
     start = time.perf_counter()
     with _locked(cache_dir() / "locks" / f"{name}.lock"):
         cached = _valid(marker, so)
         if not cached:
             on_event(events.BUILD_START, variant=variant.name)
             shutil.rmtree(where, ignore_errors=True)  # a partial or corrupt entry: start clean
-            where.mkdir(parents=True)
+            (where / disasm.KEEP).mkdir(parents=True)  # nvcc's --keep-dir
             own = [f for f in args["extra_cflags"] if not f.startswith("-DKPLAY_NS=")]  # the build's flags, less its name
             args["extra_cflags"] += pch.include_flags(args["cpp_sources"], own, on_event, variant.name)
             output = _compile(name, where, args, family, variant)
             if args["cuda_sources"]:
                 resources.save(where, output)  # before the marker: a build with a marker has its resources
+            disasm.keep(where, output, family)  # the loop remarks; nvcc's PTX and cubin
             marker.write_text(json.dumps({"so": so.name, "size": so.stat().st_size}))
         else:
             torch.ops.load_library(str(so))
     _loaded.add(name)
-    info = BuildInfo(name=name, seconds=round(time.perf_counter() - start, 3), cached=cached)
+    info = BuildInfo(name, round(time.perf_counter() - start, 3), cached, disasm.loops(where, family, variant))
     on_event(events.BUILD_DONE, variant=variant.name, seconds=info.seconds, cached=cached)
     return getattr(torch.ops, name), info
 
 
 def _compile(name: str, where: Path, args: dict, family: Family, variant: Variant) -> str:
-    """load_inline; returns what the compilers printed (ptxas's resource lines among it).
+    """load_inline; returns what the compilers printed (ptxas's resource lines, the loop remarks among it).
 
     ninja prints the commands' output only when verbose, to fd 1: it is captured there, and torch's own
     verbose chatter on sys.stdout is dropped. A failed build's output is the compiler's errors.
     """
+    from torch.utils import cpp_extension
     from torch.utils.cpp_extension import load_inline
 
+    # torch skips a name it compiled before in this process; the folder may be gone since (kplay clean).
+    getattr(cpp_extension.JIT_EXTENSION_VERSIONER, "entries", {}).pop(name, None)
     failure = None
     with stdout_fd() as printed, redirect_stdout(io.StringIO()):
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich import box
 from rich.console import Group
@@ -142,7 +143,7 @@ def _spread(stats: dict | None) -> str:
 
 # ---- kplay run -----------------------------------------------------------------------------------------
 
-def run_report(r: dict) -> Group:
+def run_report(r: dict, explain: bool = False) -> Group:
     """The title, the verdict table of one run, then what the checker found."""
     shape = _shape([r])
     table = _table(shape, "variant")
@@ -152,7 +153,7 @@ def run_report(r: dict) -> Group:
         for k, step in enumerate(rows):
             table.add_row(who if k == 0 else "", *_cells(t, step, shape, r["baselines"], k == 0),
                           end_section=shape.steps and k == len(rows) - 1)
-    return Group(*_title(r), table, *kernel_lines(r), *_notes(r))
+    return Group(*_title(r), table, *kernel_lines(r), *vectorization(r, explain), *_notes(r))
 
 
 MAX_KERNELS = 4  # per contender; an ATen op launches many (lltm): the ones with the most GPU time, --json has all
@@ -496,3 +497,89 @@ def against_table(before: dict, after: dict) -> Group:
     notes = [Text(f"warning: not like for like: {d}", style="yellow") for d in differences(before, after)]
     rule = "same: medians within the larger noise, or interquartile ranges that overlap"
     return Group(table, *notes, Text(rule, style="dim"))
+
+
+# ---- the C++ compiler's vectorization verdicts (kplay run, kplay show --asm) -----------------------------
+
+FEW_LOOPS = 4  # up to this many loops, kplay run lists them; beyond, one line (--explain lists them)
+
+
+def vectorization(r: dict, explain: bool = False) -> list[Text]:
+    """Under the run's table: each variant's loops as its C++ compiler vectorized them, or one line per variant."""
+    out = []
+    for v in r["variants"]:
+        loops = v["build"].get("loops") or []
+        if explain or len(loops) <= FEW_LOOPS:
+            out += [loop_line(loop, f"{v['variant']}: ") for loop in loops]
+        else:
+            files = ", ".join(dict.fromkeys(Path(loop["file"]).name for loop in loops))
+            done = sum(loop["vectorized"] > 0 for loop in loops)
+            out.append(Text(f"{v['variant']}: the compiler vectorized {done} of {len(loops)} loops in {files} "
+                            "(--explain lists them)", style="dim"))
+    return out
+
+
+def loop_line(loop: dict, prefix: str = "") -> Text:
+    """'sum.cpp:35 vectorized (using 32 byte vectors)', or why not."""
+    verdict = loop_verdict(loop)
+    return Text(f"{prefix}{Path(loop['file']).name}:{loop['line']} ", style=verdict.style) + verdict
+
+
+def loop_verdict(loop: dict) -> Text:
+    """'vectorized (using 32 byte vectors)', 'not vectorized: why', or both when the loop's copies differ."""
+    how = f" ({loop['how']})" if loop["how"] else ""
+    why = f": {loop['why_not']}" if loop["why_not"] else ""
+    if loop["vectorized"] == loop["copies"]:
+        return Text(f"vectorized{how}", style="green")
+    if loop["vectorized"] == 0:
+        return Text(f"not vectorized{why}", style="yellow")
+    return Text(f"vectorized in {loop['vectorized']} of {loop['copies']} copies{how}; not the others{why}",
+                style="yellow")
+
+
+# ---- kplay show --ptx / --sass / --asm: each source line, then its instructions ------------------------
+
+OPCODE = r"^(?:@!?[%\w]+\s+)?[A-Za-z_][\w.]*"  # SASS LDG.E.128, PTX ld.global.v4.f32, x86 vaddps, a predicate first
+OPERANDS = [(r"\b(?:U?R\d+|U?P\d+|RZ|PT|SR_\w+)\b|%\w+", "cyan"), (r"\b0x[0-9a-f]+\b|(?<![\w.])-?\d+\b", "magenta"),
+            (r"[.$]L\w+|<[^>]+>", "yellow")]
+
+
+def code_listing(functions: list[dict], loops: list[dict], title: str, own: set[str]) -> Group:
+    """Compiler Explorer's view: a source line, then its instructions indented beneath it, coloured alike.
+
+    Lines of the student's files (`own`) show as numbers, in colour; inlined header code by file name, grey.
+    """
+    from rich.syntax import Syntax
+
+    remarks = {(loop["file"], loop["line"]): loop for loop in loops}
+    lexer = Syntax("", "cpp")
+    parts: list = [Text.from_markup(title)]
+    for f in functions:
+        parts.append(Text(f"\n{f['name']}", style="bold"))
+        for g in f["groups"]:
+            color = COLORS[g["line"] % len(COLORS)] if g["line"] and g["file"] in own else "bright_black"
+            loop = remarks.pop((g["file"], g["line"]), None)  # said once, where the line first shows
+            parts.append(_source_line(g, g["file"] in own, color, lexer, loop))
+            parts += [Text("▌", style=color) + Text("       ") + _instruction(code) for code in g["code"]]
+    count = len(functions)
+    parts.append(Text(f"\n{count} function{'s' if count != 1 else ''}; --kernel NAME shows one", style="dim"))
+    return Group(*parts)
+
+
+def _source_line(g: dict, own: bool, color: str, lexer, loop: dict | None) -> Text:
+    """'▌  59 │ for (...)': the line's number in the student's file, else the file's name too."""
+    where = "" if not g["line"] else f"{g['line']:>4}" if own else f"{Path(g['file']).name}:{g['line']}"
+    line = Text("▌", style=color) + Text(f"{where or '   -'} │ ", style=f"bold {color}")
+    if g["source"].strip():
+        code = lexer.highlight(g["source"].strip())
+        code.rstrip()
+        line += code
+    return line + (Text("  ◀ ") + loop_verdict(loop) if loop else Text())
+
+
+def _instruction(code: str) -> Text:
+    text = Text(code)
+    text.highlight_regex(OPCODE, "bold")
+    for pattern, style in OPERANDS:
+        text.highlight_regex(pattern, style)
+    return text

@@ -26,9 +26,9 @@ FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3
 DEVICES = ("auto", *registry.DEVICES)
 # `kplay run`'s own options: a family's size may not take one of these names.
 OPTIONS = ("device", "variant", "dtype", "seed", "param", "timeout", "no-bench", "json", "path", "size", "baseline",
-           "skip-baseline", "no-compile", "sanitize", "verbose", "no-ncu")  # for a did-you-mean: `--timout 3` is a typo, not a size
+           "skip-baseline", "no-compile", "sanitize", "verbose", "no-ncu", "explain")  # for a did-you-mean: `--timout 3` is a typo, not a size
 RESERVED = {"device", "variant", "dtype", "seed", "param", "timeout", "bench", "json", "path", "size", "baseline",
-            "skip", "help", "no", "sanitize", "verbose"}
+            "skip", "help", "no", "sanitize", "verbose", "explain"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Request:
     budget_s: float = 0.3  # timing budget per contender
     warnings: tuple[str, ...] = ()  # things the user should know, e.g. a value held approximately
     given_params: tuple[str, ...] = ()  # the parameters the user set (a warning if no chosen variant uses one)
-    lineinfo: bool = False  # build CUDA with -lineinfo (a sanitized run: findings at file and line)
+    lineinfo: bool = False  # a sanitized run (every CUDA build has -lineinfo: its findings have file and line)
     mode: str = "run"  # run; profile (torch.profiler around one call); nvtx (that call in an NVTX range, for ncu)
 
     def to_json(self) -> str:

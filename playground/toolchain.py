@@ -107,6 +107,14 @@ def compiler() -> tuple[str, list[str]]:
     return version, [flag for flag in MACHINE_FLAGS if accepts(flag)]
 
 
+def remark_flags() -> list[str]:
+    """The flags that make the C++ compiler say, on stderr, which loops it vectorized and why not the others."""
+    version, _ = compiler()
+    if "clang" in version.lower():
+        return ["-Rpass=loop-vectorize", "-Rpass-missed=loop-vectorize", "-Rpass-analysis=loop-vectorize"]
+    return ["-fopt-info-vec-optimized", "-fopt-info-vec-missed"] if "not found" not in version else []
+
+
 def cpu_model() -> str:
     """The CPU's model name (a cache shared between machines must not mix -march=native builds)."""
     try:

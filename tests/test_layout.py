@@ -7,6 +7,8 @@ COMMANDS = [
     ["list"],
     ["show", "sum"],
     ["show", "lltm", "--device", "cpu"],
+    ["show", "sum", "--asm", "--kernel", "sum_all<float>"],
+    ["show", "sum", "--variant", "fast", "--ptx", "--kernel", "<float>"],  # exit 2, one line, without nvcc
     ["run", "sum", "--n", "1e5", "--device", "cpu"],
     ["run", "print_array", "--values", "4,3,2,1", "--device", "cpu"],
     ["run", "linear", "--device", "cpu", "--batch", "64", "--in", "64", "--out", "64"],
@@ -32,7 +34,7 @@ def test_every_report_fits_80_columns(args):
     assert lines and max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
     assert "…" not in result.output
     if args[0] == "show":  # a title is never cut, as a panel's border would cut it
-        assert "reduction ladder on the GPU" in " ".join(result.output.split()) or args[1] != "sum"
+        assert "reduction ladder on the GPU" in " ".join(result.output.split()) or args[1:] != ["sum"]
 
 
 @pytest.mark.cuda
