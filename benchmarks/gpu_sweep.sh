@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's GPU sweeps on an H200, each leaving a table (.txt), a CSV and a PNG under $OUT:
+# Issue 7's GPU sweeps on an H200, each leaving a table (.txt), a CSV, a PNG and a roofline PNG under $OUT:
 #
 #     bash benchmarks/gpu_sweep.sh [sum] [lltm] [linear]       # default: all three, in this order
 #
@@ -16,7 +16,7 @@ sweep() {  # sweep NAME [bench options...]
     shift
     echo "== kplay bench $name --device cuda $*"
     local start=$SECONDS
-    python3 cli.py bench "$name" --device cuda "$@" --csv "$file.csv" --plot "$file.png" 2>&1 | tee "$file.txt"
+    python3 cli.py bench "$name" --device cuda "$@" --csv "$file.csv" --plot "$file.png" --roofline "$file-roofline.png" 2>&1 | tee "$file.txt"
     echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"
 }
 

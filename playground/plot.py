@@ -106,7 +106,7 @@ def roofline(records: list[dict], key: str, path: str):
     note = "" if ceilings else " · no peak known on the CPU: points only"
     ax.set_title(_title(r0, axis(records, key)[1]) + note, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")  # under a roof, the lower right is the emptiest corner
     fig.savefig(path)
     return fig
 
