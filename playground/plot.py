@@ -85,14 +85,14 @@ def roofline(records: list[dict], key: str, path: str):
         family = done[0]["family"] if done else "the family"
         raise UsageError(f"--roofline: no timed point of {family} has both traffic and flops (its spec.py hooks)")
     r0 = done[0]
-    fig = Figure(figsize=(8, 5.5), dpi=120, layout="constrained")
+    fig = Figure(figsize=(8, 6), dpi=120, layout="constrained")
     ax = fig.add_subplot()
     bases = baseline_names(records)
     for name, pts in points.items():
         xs, ys, sizes = zip(*pts)
         style = dict(marker="s", ls="--", color="black", ms=5, zorder=2) if name in bases else dict(marker="o", ls="-", zorder=3)
         line, = ax.plot(xs, ys, lw=1, label=f"{name} (the reference)" if name in bases else name, **style)
-        for x, y, n in pts:  # which size each point is: the sizes are what the student chose
+        for x, y, n in {pts[0], pts[-1]}:  # the first and last sizes: enough to read the direction, no clutter
             ax.annotate(short(n), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=line.get_color())
     xs = [x for pts in points.values() for x, _, _ in pts]
     ceilings = _ceilings(ax, r0, min(xs) / 4, max(xs) * 4)
@@ -106,7 +106,7 @@ def roofline(records: list[dict], key: str, path: str):
     note = "" if ceilings else " · no peak known on the CPU: points only"
     ax.set_title(_title(r0, axis(records, key)[1]) + note, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")  # under a roof, the lower right is the emptiest corner
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2)  # beneath the axes: it never hides a point
     fig.savefig(path)
     return fig
 

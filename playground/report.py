@@ -284,21 +284,18 @@ def _notes(r: dict) -> list:
 
 
 def _peak_notes(r: dict) -> list[Text]:
-    """What % peak is of: the binding ceiling and its arithmetic; the measured copy as a second reference."""
+    """What % peak is of: the ceiling that binds and each ceiling's arithmetic; the measured copy beside them."""
     if not r.get("bound"):
         return []
     src = r.get("peak_source", {})
-    ceilings = {"memory": f"{r['peak_gbps']:,.0f} GB/s ({src.get('bandwidth', '')})",
-                "compute": f"{_rate(r['peak_gflops'])} GFLOP/s {r['dtype']} ({src.get(r['dtype'], '')})"
-                if r.get("peak_gflops") else ""}
-    intensity = f" at {r['flops'] / r['traffic']:.3g} FLOP/byte" if r.get("flops") and r.get("traffic") else ""
-    out = [Text(f"% peak: of the {r['bound']} ceiling{intensity}, {ceilings[r['bound']]}", style="dim")]
-    other = "compute" if r["bound"] == "memory" else "memory"
-    if ceilings[other] and r.get("flops") and r.get("traffic"):
-        out.append(Text(f"the {other} ceiling: {ceilings[other]}", style="dim"))
+    intensity = f", which binds at {_rate(r['flops'] / r['traffic'])} FLOP/byte" if r.get("flops") and r.get("traffic") else ""
+    out = [f"% peak: of the {r['bound']} ceiling{intensity}",
+           f"memory ceiling: {r['peak_gbps']:,.0f} GB/s = {src.get('bandwidth', '?')}"]
+    if r.get("peak_gflops"):
+        out.append(f"compute ceiling: {_rate(r['peak_gflops'])} GFLOP/s {r['dtype']} = {src.get(r['dtype'], '?')}")
     if r.get("copy_gbps"):
-        out.append(Text(f"a device-to-device copy reaches {r['copy_gbps']:,.0f} GB/s here (measured)", style="dim"))
-    return out
+        out.append(f"copy: {r['copy_gbps']:,.0f} GB/s, a device-to-device copy measured here")
+    return [Text(line, style="dim") for line in out]
 
 
 def _short_cases(cases: list[str]) -> list[str]:

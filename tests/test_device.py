@@ -130,7 +130,9 @@ def test_pct_peak_is_of_the_memory_ceiling_for_sum(peaks_on_cpu):
     for t in (r["variants"][0], r["baselines"]["torch.sum"]):
         assert t["pct_peak"] == pytest.approx(100 * t["gbps"] / 4916.736)
     text = rendered(report.run_report(r))
-    assert "% peak" in text and "of the memory ceiling at 0.25 FLOP/byte, 4,917 GB/s (2 x 3,201 MHz" in text
+    assert "% peak" in text and "% peak: of the memory ceiling, which binds at 0.25 FLOP/byte" in text
+    assert "memory ceiling: 4,917 GB/s = 2 x 3,201 MHz x 6,144 bits / 8" in text
+    assert "compute ceiling: 66,908 GFLOP/s float32 = 132 SMs x 1,980 MHz x 128 FMA x 2" in text
 
 
 @pytest.mark.slow
@@ -140,7 +142,7 @@ def test_pct_peak_is_of_the_compute_ceiling_for_a_large_linear(peaks_on_cpu):
     v = r["variants"][0]
     assert v["pct_peak"] == pytest.approx(100 * v["gflops"] / 66908.16)
     text = rendered(report.run_report(r))
-    assert re.search(r"GFLOP/s +% peak", text) and "of the compute ceiling" in text and "the memory ceiling: 4,917" in text
+    assert re.search(r"GFLOP/s +% peak", text) and "of the compute ceiling, which binds at 21.3" in text
 
 
 def test_cpu_runs_show_no_peak():
@@ -160,7 +162,7 @@ def rendered(renderable) -> str:
 def test_a_gpu_run_report_fits_80_columns_with_its_peak_notes():
     r = gpu_record(n=10**9, seconds=1e-3, copy=4200.0)
     text = rendered(report.run_report(r))
-    assert "% peak" in text and "81%" in text and "4,200 GB/s here (measured)" in text and "% copy" not in text
+    assert "% peak" in text and "81%" in text and "copy: 4,200 GB/s, a device-to-device copy measured here" in text and "% copy" not in text
 
 
 def gpu_record(n: int, seconds: float, copy: float | None = None, dtype="float32", bound="memory") -> dict:
