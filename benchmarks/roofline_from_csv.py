@@ -36,7 +36,7 @@ def records(rows: list[dict], peaks) -> tuple[list[dict], str]:
             "family": family, "device": row["device"], "dtype": dtype, "sizes": sizes, "params": {}, "torch": "",
             "traffic": hooks.traffic(sizes, getattr(torch, dtype)), "flops": hooks.flops(sizes),
             "peak_gbps": peaks and peaks.bandwidth_gbps, "peak_gflops": peaks and peaks.flops(dtype),
-            "copy_gbps": float(row["peak_gbps"]) if row.get("peak_gbps") else None,  # older CSVs: the measured copy
+            "copy_gbps": _copy(row),
             "variants": [], "baselines": {}})
         t = {"gflops": r["flops"] / float(row["median_s"]) / 1e9}
         if row.get("baseline") == "yes" or row["variant"] not in fam.variants:  # older CSVs: no baseline column
@@ -44,6 +44,12 @@ def records(rows: list[dict], peaks) -> tuple[list[dict], str]:
         else:
             r["variants"].append({"variant": row["variant"], **t})
     return list(out.values()), next(iter(fam.sizes))
+
+
+def _copy(row: dict) -> float | None:
+    """The measured copy: copy_gbps, or peak_gbps in a CSV written before the device's peak (it was the copy)."""
+    value = row["copy_gbps"] if "copy_gbps" in row else row.get("peak_gbps")
+    return float(value) if value else None
 
 
 def main() -> None:
