@@ -22,7 +22,7 @@ sweep() {  # sweep NAME [bench options...]
 
 for which in ${@:-sum lltm linear}; do
     case $which in
-        # the reduction ladder from launch-bound to the memory wall; peak_gbps (copy) is the ceiling
+        # the reduction ladder from launch-bound to the memory wall; the device's peak_gbps is the ceiling
         sum) sweep sum --variant all --sizes 1e3..1e9 ;;
         # the tutorial's cell (features 32, state 128): where the fused kernel overtakes eager PyTorch
         lltm) sweep lltm --variant all --over batch --sizes 1..4096:x4 ;;
