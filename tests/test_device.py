@@ -266,3 +266,13 @@ def test_gpu_linear_is_judged_against_the_compute_ceiling(kplay):
     assert r["bound"] == "compute" and r["peak_gflops"] > 1000
     v = r["variants"][0]
     assert 1 < v["pct_peak"] <= 100 and v["pct_peak"] == pytest.approx(100 * v["gflops"] / r["peak_gflops"])
+
+
+@pytest.mark.parametrize("flops_per_byte, bound, header", [
+    (0.25, None, "GB/s"), (1.0, None, "GFLOP/s"),  # the CPU (no peak): one FLOP per byte decides
+    (10.0, "memory", "GB/s"), (0.25, "compute", "GFLOP/s"),  # a GPU: the ceiling that binds decides
+])
+def test_the_rate_column_follows_the_ceiling_that_binds(flops_per_byte, bound, header):
+    r = gpu_record(1000, 1e-6, bound=bound)
+    r["flops"] = int(flops_per_byte * r["traffic"])
+    assert report.metric([r]) == ({"GB/s": "gbps", "GFLOP/s": "gflops"}[header], header)
