@@ -89,7 +89,7 @@ def roofline(records: list[dict], key: str, path: str):
     ax = fig.add_subplot()
     bases = baseline_names(records)
     for name, pts in points.items():
-        xs, ys, sizes = zip(*pts)
+        xs, ys, _ = zip(*pts)
         style = dict(marker="s", ls="--", color="black", ms=5, zorder=2) if name in bases else dict(marker="o", ls="-", zorder=3)
         line, = ax.plot(xs, ys, lw=1, label=f"{name} (the reference)" if name in bases else name, **style)
         for x, y, n in {pts[0], pts[-1]}:  # the first and last sizes: enough to read the direction, no clutter
@@ -106,7 +106,8 @@ def roofline(records: list[dict], key: str, path: str):
     note = "" if ceilings else " · no peak known on the CPU: points only"
     ax.set_title(_title(r0, axis(records, key)[1]) + note, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    fig.legend(fontsize=8, loc="outside lower center", ncols=2)  # beneath the axes: it never hides a point
+    # Beneath the axes, where it never hides a point (ncol, not ncols, and no loc="outside ...": older matplotlib).
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
     fig.savefig(path)
     return fig
 
