@@ -4,7 +4,7 @@
 
 For sweeps recorded before `--roofline` existed: the medians are the CSV's (measured), the traffic and
 flops come from the family's spec.py hooks, and --h200 puts the H200 SXM's attribute values in place of a
-device query (132 SMs, 1,980 MHz, 3,201 MHz memory clock, 6,144-bit bus), which this machine cannot make.
+device query (132 SMs, 1,980 MHz, 3,201 MHz memory clock, 6,016-bit bus, as torch reported them there), which this machine cannot make.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch  # noqa: E402
 from playground import plot, registry, spec as specs  # noqa: E402
 from playground.device import from_attributes  # noqa: E402
 
-H200 = dict(capability=(9, 0), sm_count=132, sm_clock_khz=1_980_000, mem_clock_khz=3_201_000, bus_bits=6144)
+H200 = dict(capability=(9, 0), sm_count=132, sm_clock_khz=1_980_000, mem_clock_khz=3_201_000, bus_bits=6016)
 
 
 def records(rows: list[dict], peaks) -> tuple[list[dict], str]:
