@@ -360,12 +360,14 @@ def bench(
     json_: Json = False,
     csv: Annotated[Optional[str], typer.Option(help="Write one row per (size, variant) to this CSV file.")] = None,
     plot: Annotated[Optional[str], typer.Option(help="Write the chart to this PNG file (needs matplotlib).")] = None,
+    roofline: Annotated[Optional[str], typer.Option(help="Write the roofline (GFLOP/s against FLOP/byte, the device's "
+                                                   "ceilings on a GPU) to this PNG file (needs matplotlib).")] = None,
     path: Path_ = None,
 ):
     """Sweep one size: each point a full run (check and timing); a table, a chart, and optionally a PNG."""
     from playground import request, sweep
 
-    _writable(csv, plot)
+    _writable(csv, plot, roofline)
     fixed = _sizes(name, path, ctx.args, size)
     swept = sweep.settings(registry.find(name, path), over, None if tie is None else [t for t in tie.split(",") if t], sizes)
     base = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed, sizes=fixed,
@@ -373,25 +375,26 @@ def bench(
     points = sweep.requests(base, swept, fixed)  # every point validated before torch is imported
     with _sweep_progress(len(points), swept.key) as (on_point, on_event):
         records, error = sweep.run(points, on_point, on_event)
-    _sweep_outputs(records, swept.key, json_, csv, plot)
+    _sweep_outputs(records, swept.key, json_, csv, plot, roofline)
     if error:
         raise error
     raise typer.Exit(0 if all(r.get("ok", True) for r in records) else 1)
 
 
-def _writable(csv: str | None, plot: str | None) -> None:
-    """Fail now, not after a long sweep: matplotlib for --plot, an existing folder for each file."""
-    if plot:
+def _writable(csv: str | None, *pngs: str | None) -> None:
+    """Fail now, not after a long sweep: matplotlib for --plot and --roofline, an existing folder for each file."""
+    if any(pngs):
         from playground.plot import require
 
         require()
-    for target in filter(None, (csv, plot)):
+    for target in filter(None, (csv, *pngs)):
         folder = Path(target).resolve().parent
         if not folder.is_dir():
             raise UsageError(f"{target}: the folder {folder} does not exist")
 
 
-def _sweep_outputs(records: list[dict], key: str, json_: bool, csv: str | None, plot: str | None) -> None:
+def _sweep_outputs(records: list[dict], key: str, json_: bool, csv: str | None, plot: str | None,
+                   roofline: str | None = None) -> None:
     from playground import report
 
     if json_:
@@ -405,6 +408,10 @@ def _sweep_outputs(records: list[dict], key: str, json_: bool, csv: str | None, 
         from playground.plot import save
 
         save(records, key, plot)
+    if roofline and any("skipped" not in r for r in records):
+        from playground.plot import roofline as draw_roofline
+
+        draw_roofline(records, key, roofline)
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's GPU sweeps on an H200, each leaving a table (.txt), a CSV and a PNG under $OUT:
+# Issue 7's GPU sweeps on an H200, each leaving a table (.txt), a CSV, a PNG and a roofline PNG under $OUT:
 #
 #     bash benchmarks/gpu_sweep.sh [sum] [lltm] [linear]       # default: all three, in this order
 #
@@ -16,13 +16,13 @@ sweep() {  # sweep NAME [bench options...]
     shift
     echo "== kplay bench $name --device cuda $*"
     local start=$SECONDS
-    python3 cli.py bench "$name" --device cuda "$@" --csv "$file.csv" --plot "$file.png" 2>&1 | tee "$file.txt"
+    python3 cli.py bench "$name" --device cuda "$@" --csv "$file.csv" --plot "$file.png" --roofline "$file-roofline.png" 2>&1 | tee "$file.txt"
     echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - start)) s"
 }
 
 for which in ${@:-sum lltm linear}; do
     case $which in
-        # the reduction ladder from launch-bound to the memory wall; peak_gbps (copy) is the ceiling
+        # the reduction ladder from launch-bound to the memory wall; the device's peak_gbps is the ceiling
         sum) sweep sum --variant all --sizes 1e3..1e9 ;;
         # the tutorial's cell (features 32, state 128): where the fused kernel overtakes eager PyTorch
         lltm) sweep lltm --variant all --over batch --sizes 1..4096:x4 ;;

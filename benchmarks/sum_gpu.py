@@ -5,8 +5,8 @@
 
 Timing is kplay's own (playground.timing.bench): warm-up, CUDA events, L2 flushed between samples when the
 input fits in a few L2s, contenders taking turns, >= 30 samples, median and IQR. The copy bandwidth is the
-engine's too (playground.timing.copy_bandwidth: measured once per GPU and torch, then cached), so "% copy"
-here is the figure `kplay run` shows.
+engine's too (playground.timing.copy_bandwidth: measured once per GPU and torch, then cached): "% copy"
+here is of the copy_gbps `kplay run` records beside its % of the device's peak.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def main() -> int:
     params = {"threads": args.threads}
     ops = {v.name: playground.load("sum", v.name, "cuda", params) for v in registry.find("sum").variants_for("cuda")}
     env = {**environment(), "threads": args.threads}
-    peak = copy_bandwidth("cuda")  # 1 GiB device-to-device, read + write: the figure `kplay run` shows as "% copy"
+    peak = copy_bandwidth("cuda")  # 1 GiB device-to-device, read + write: `kplay run`'s copy_gbps
     rows = []
     for dtype in args.dtypes.split(","):
         for n in (int(float(s)) for s in args.sizes.split(",")):

@@ -34,15 +34,11 @@ METRICS = {  # ncu's metric name -> the record's key
 # ---- the child: the call, profiled ------------------------------------------------------------------------
 
 def peak_gbps() -> float | None:
-    """The device's memory bandwidth: 2 (double data rate) x memory clock x bus width / 8, as nvbench computes it.
+    """The device's memory bandwidth: 2 (double data rate) x memory clock x bus width / 8 (device.py)."""
+    from .device import peaks
 
-    Until playground/device.py lands (it owns the device's peak figures); then this calls it.
-    """
-    import torch
-
-    p = torch.cuda.get_device_properties(torch.cuda.current_device())
-    clock_khz, bus_bits = getattr(p, "memory_clock_rate", 0), getattr(p, "memory_bus_width", 0)
-    return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
+    peak = peaks("cuda")
+    return peak.bandwidth_gbps if peak else None
 
 
 def execute(req, on_event=events.ignore) -> "Profiled":

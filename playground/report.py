@@ -51,18 +51,27 @@ class Shape:
     error: bool  # the max error ≤ tolerance column
     steps: bool  # a step column (forward, backward)
     rate: str  # "gbps", "gflops" or ""
-    pct: bool  # % of copy bandwidth (GPU)
+    pct: bool  # % of the device's peak (GPU): of the ceiling that binds at the call's intensity
     baselines: tuple[str, ...]  # one speedup column per baseline
 
 
 def _shape(records: list[dict]) -> Shape:
     done = [r for r in records if "skipped" not in r]
     contenders = [t for r in done for t in (*r["variants"], *r["baselines"].values())]
-    rate = next((f for f in ("gbps", "gflops") if any(t[f] is not None for t in contenders)), "")
+    rates = [f for f in ("gbps", "gflops") if any(t[f] is not None for t in contenders)]
+    rate = ("gflops" if any(map(compute_bound, done)) else "gbps") if len(rates) == 2 else next(iter(rates), "")
     steps = any(len(t["timings"]) > 1 for t in contenders)
     names = tuple(dict.fromkeys(b for r in done for b in r["baselines"]))
     return Shape(check=True, error=not steps, steps=steps, rate=rate,
-                 pct=rate == "gbps" and any(r["device"] == "cuda" for r in done), baselines=names)
+                 pct=any(t["pct_peak"] is not None for t in contenders), baselines=names)
+
+
+def compute_bound(r: dict) -> bool:
+    """Is the run's rate better read in FLOP/s: the device's ridge point says so, or, where no peak is known
+    (the CPU), the call does at least one FLOP per byte it moves."""
+    if r.get("bound"):
+        return r["bound"] == "compute"
+    return bool(r.get("flops")) and r["flops"] >= (r.get("traffic") or 0)
 
 
 def _headers(shape: Shape) -> list[tuple[str, str]]:
@@ -72,7 +81,7 @@ def _headers(shape: Shape) -> list[tuple[str, str]]:
     cols += [("step", "left")] if shape.steps else []
     cols += [("time", "right"), ("±", "right")]
     cols += [({"gbps": "GB/s", "gflops": "GFLOP/s"}[shape.rate], "right")] if shape.rate else []
-    cols += [("% copy", "right")] if shape.pct else []
+    cols += [("% peak", "right")] if shape.pct else []
     return cols + [(f"×{b}", "right") for b in shape.baselines]
 
 
@@ -257,11 +266,11 @@ def _notes(r: dict) -> list:
             out.append(Text(f"{v['variant']}: {key} {value}", style="dim" if value != "FAIL" else "red"))
     stats = first["time"] or next((b["time"] for b in r["baselines"].values()), None)
     if stats:
-        peak = f"; copy bandwidth {r['peak_gbps']:.0f} GB/s measured here" if r["peak_gbps"] and r["device"] == "cuda" else ""
         inputs = f" on {r['inputs_timed']} seeded inputs" if r.get("inputs_timed", 0) > 1 else ""
-        out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{inputs}{peak}",
+        out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{inputs}",
                         style="dim"))
         out += _clocks(stats)
+        out += _peak_notes(r)
         out.append(Text("±: noise (relative standard deviation); a speedup within it reads 'same'", style="dim"))
         if stats["median_s"] < CALL_PATH_S:
             out.append(Text(f"at under {seconds(CALL_PATH_S)} a call's time is mostly its path from Python through "
@@ -273,6 +282,21 @@ def _notes(r: dict) -> list:
     why = r.get("why") or ("the timing cannot be trusted" if timing else "the output does not match the reference")
     verdict = "[green b]PASS[/]" if r["ok"] else f"[red b]FAIL[/]: {why}"
     return out + [Text.from_markup(verdict)]
+
+
+def _peak_notes(r: dict) -> list[Text]:
+    """What % peak is of: the ceiling that binds and each ceiling's arithmetic; the measured copy beside them."""
+    if not r.get("bound"):
+        return []
+    src = r.get("peak_source", {})
+    intensity = f", which binds at {_rate(r['flops'] / r['traffic'])} FLOP/byte" if r.get("flops") and r.get("traffic") else ""
+    out = [f"% peak: of the {r['bound']} ceiling{intensity}",
+           f"memory ceiling: {r['peak_gbps']:,.0f} GB/s = {src.get('bandwidth', '?')}"]
+    if r.get("peak_gflops"):
+        out.append(f"compute ceiling: {_rate(r['peak_gflops'])} GFLOP/s {r['dtype']} = {src.get(r['dtype'], '?')}")
+    if r.get("copy_gbps"):
+        out.append(f"copy: {r['copy_gbps']:,.0f} GB/s, a device-to-device copy measured here")
+    return [Text(line, style="dim") for line in out]
 
 
 def _short_cases(cases: list[str]) -> list[str]:
@@ -409,7 +433,8 @@ def sweep_chart(records: list[dict], key: str) -> Group:
     values = [v for points in lines.values() for _, v in points]
     if not values:
         return Group()
-    peak = next((r["peak_gbps"] for r in records if r.get("peak_gbps")), None) if field == "gbps" else None
+    ceiling = {"gbps": "peak_gbps", "gflops": "peak_gflops"}.get(field)
+    peak = next((r[ceiling] for r in records if r.get(ceiling)), None) if ceiling else None
     low, high = min(values), max(values + [peak or 0])
     log = high / max(low, 1e-30) > 100  # six decades of GB/s on a GPU: a linear scale shows only the top
     sizes = sorted({n for points in lines.values() for n, _ in points})
@@ -427,7 +452,7 @@ def sweep_chart(records: list[dict], key: str) -> Group:
         n, v = best(points, key=lambda p: p[1])
         chart.add_row(name, *(Text(c, style=color) for c in cells), f"{_value(v, field)} at {short(n)}")
     scale = "log scale" if log else "linear scale"
-    top = f"{_value(high, field)}{' (copy, measured)' if peak and high == peak else ''}"
+    top = f"{_value(high, field)}{' (device peak)' if peak and high == peak else ''}"
     head = Text(f"{label} against {axis(records, key)[0]} ({scale}: ▁ {_value(low, field)}, █ {top})", style="dim")
     return Group(head, chart)
 
@@ -447,7 +472,7 @@ def _value(v: float, field: str) -> str:
 
 
 COLUMNS = ["variant", "baseline", "check", "max_abs_err", "tolerance", "median_s", "q1_s", "q3_s", "samples",
-           "gbps", "gflops", "pct_peak", "speedup", "peak_gbps", "note"]
+           "gbps", "gflops", "pct_peak", "speedup", "peak_gbps", "peak_gflops", "copy_gbps", "note"]
 
 
 def csv_rows(records: list[dict]) -> list[dict]:
@@ -467,7 +492,8 @@ def csv_rows(records: list[dict]) -> list[dict]:
                         "max_abs_err": c and c["max_abs_err"], "tolerance": c and c["tolerance"],
                         **{k: stats.get(k) for k in ("median_s", "q1_s", "q3_s", "samples")},
                         "gbps": t["gbps"], "gflops": t["gflops"], "pct_peak": t["pct_peak"], "speedup": ratio,
-                        "peak_gbps": r["peak_gbps"]})
+                        "peak_gbps": r["peak_gbps"], "peak_gflops": r.get("peak_gflops"),
+                        "copy_gbps": r.get("copy_gbps")})
     return out
 
 

@@ -26,7 +26,7 @@ class Timed:
     walls: dict = field(default_factory=dict)  # step -> Stats on a synchronized wall clock (tiny ops on a GPU)
     gbps: float | None = None
     gflops: float | None = None
-    pct_peak: float | None = None  # of the measured copy bandwidth (GPU)
+    pct_peak: float | None = None  # of the device's roofline at this call's intensity (GPU): see RunResult.bound
 
 
 @dataclass(kw_only=True)
@@ -57,7 +57,13 @@ class RunResult:
     sizes: dict
     params: dict  # the parameters the chosen variants use
     torch: str
-    peak_gbps: float | None = None
+    peak_gbps: float | None = None  # the device's memory bandwidth (device.py), GPU only
+    peak_gflops: float | None = None  # the device's FLOP/s for this dtype on the CUDA cores, GPU only
+    peak_source: dict = field(default_factory=dict)  # how each peak was computed, from the device's attributes
+    copy_gbps: float | None = None  # a device-to-device copy, measured here: a second, attainable reference
+    traffic: int | None = None  # bytes per timed call (spec.traffic)
+    flops: int | None = None  # FLOP per timed call (spec.flops)
+    bound: str | None = None  # "memory" or "compute": the ceiling that limits a call at this intensity
     inputs_timed: int = 0  # the seeded inputs the timed calls took turns on
     baselines: dict = field(default_factory=dict)  # name -> BaselineResult
     variants: list[VariantResult] = field(default_factory=list)
@@ -208,6 +214,7 @@ POOL_MAX = 8  # but there are never more than this many (each costs a make_input
 def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
     """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
     fill in the rates and the speedups."""
+    from .device import peaks
     from .timing import copy_bandwidth
 
     device = result.device
@@ -225,9 +232,11 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
             deviations[key].append((k, _deviation(out, expected[k][0])))
 
     stats, walls = _bench(spec, req, fns, device, nbytes, observe)
-    result.peak_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
+    result.traffic, result.flops = nbytes or None, flops or None
+    result.copy_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
     result.inputs_timed = len(pool)
-    rates = dict(nbytes=nbytes, flops=flops, peak=result.peak_gbps)
+    roof = _roof(result, peaks(device), nbytes, flops)
+    rates = dict(nbytes=nbytes, flops=flops, roof_s=roof)
     for name in baselines:
         key = ("baseline", name)
         result.baselines[name] = _timed(BaselineResult(name=name), key, steps[key][0], stats, walls, rates)
@@ -340,14 +349,11 @@ def _impossible(v, device) -> list[str]:
 
 
 def _peak_gbps(device) -> float | None:
-    """The memory's peak: 2 (double data rate) x memory clock x bus width / 8, as nvbench computes it."""
-    import torch
+    """The memory's peak, 2 (double data rate) x memory clock x bus width / 8: device.py's figure."""
+    from .device import peaks
 
-    if device != "cuda":
-        return None
-    p = torch.cuda.get_device_properties(torch.cuda.current_device())
-    clock_khz, bus_bits = getattr(p, "memory_clock_rate", 0), getattr(p, "memory_bus_width", 0)
-    return 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
+    peak = peaks(device)
+    return peak.bandwidth_gbps if peak else None
 
 
 def _timed(target: Timed, key: tuple, labels, stats: dict, walls: dict, rates: dict) -> Timed:
@@ -358,8 +364,21 @@ def _timed(target: Timed, key: tuple, labels, stats: dict, walls: dict, rates: d
     seconds = target.time.median_s
     target.gbps = rates["nbytes"] / seconds / 1e9 if rates["nbytes"] else None
     target.gflops = rates["flops"] / seconds / 1e9 if rates["flops"] else None
-    target.pct_peak = 100 * target.gbps / rates["peak"] if target.gbps and rates["peak"] else None
+    target.pct_peak = 100 * rates["roof_s"] / seconds if rates["roof_s"] and seconds else None
     return target
+
+
+def _roof(result: RunResult, peak, nbytes: int, flops: int) -> float | None:
+    """Record the device's peaks on the result; the seconds a call needs at the binding ceiling (None: no peak)."""
+    if peak is None:
+        return None
+    result.peak_gbps, result.peak_gflops = peak.bandwidth_gbps, peak.flops(result.dtype)
+    result.peak_source = {k: v for k, v in peak.source.items() if k in ("bandwidth", result.dtype)}
+    roof = peak.roof(nbytes, flops, result.dtype)
+    if roof is None:
+        return None
+    result.bound = roof[1]
+    return roof[0]
 
 
 def _total(timings: dict) -> Stats:

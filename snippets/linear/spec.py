@@ -129,7 +129,14 @@ def baseline(x, weight, bias, grad_out):
 
 
 def flops(sizes):
-    return 2 * sizes["batch"] * sizes["in"] * sizes["out"]
+    return 2 * sizes["batch"] * sizes["in"] * sizes["out"]  # the timed forward: one FMA per (row, in, out)
+
+
+def traffic(sizes, dtype):
+    """The timed forward's minimal traffic: x, W and b read once, y written once."""
+    batch, fan_in, fan_out = sizes["batch"], sizes["in"], sizes["out"]
+    elements = batch * fan_in + fan_out * fan_in + fan_out + batch * fan_out
+    return elements * torch.tensor([], dtype=dtype).element_size()
 
 
 def output_like(x, weight, bias, grad_out):

@@ -193,6 +193,19 @@ def flops(sizes):
     return 3 * 2 * sizes["batch"] * 3 * sizes["state"] * (sizes["state"] + sizes["features"])
 
 
+def traffic(sizes, dtype):
+    """Forward + backward, each tensor counted once where a step reads it and once where it writes it
+    (the ops' own intermediates, such as d_gates, are not counted): a floor, simple to check by hand."""
+    batch, features, state = sizes["batch"], sizes["features"], sizes["state"]
+    x_cols = state + features  # X = [old_h, input]
+    weights, gates = 3 * state * x_cols, batch * 3 * state
+    forward = (batch * features + weights + 3 * state + 2 * batch * state  # read input, W, b, old_h, old_cell
+               + 2 * batch * state + gates + batch * x_cols)  # write new_h, new_cell, gates, X
+    backward = (3 * batch * state + gates + batch * x_cols + weights  # read grad_h, grad_cell, new_cell, gates, X, W
+                + batch * features + weights + 3 * state + 2 * batch * state)  # write the five gradients
+    return (forward + backward) * torch.tensor([], dtype=dtype).element_size()
+
+
 # ---- kplay run: forward and backward timed apart, two baselines, a gradcheck column ----
 
 

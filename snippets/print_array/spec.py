@@ -25,6 +25,14 @@ def call(ops, variant, x):
     ops.print_array(x)
 
 
+def traffic(sizes, dtype):
+    return sizes["n"] * torch.tensor([], dtype=dtype).element_size()  # each element read once
+
+
+def flops(sizes):
+    return 0  # it only prints
+
+
 def from_stdout(text, x):
     """The printed lines as a tensor like x (None where a line does not parse)."""
     lines = text.split()
