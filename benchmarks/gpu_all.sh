@@ -19,7 +19,7 @@ pip install -q --no-deps .whl/*.whl > $R/pip.txt 2>&1  # carried wheels: nvidia-
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
-        tests) step pytest-cuda 420 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests ;;
+        tests) step pytest-cuda 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
