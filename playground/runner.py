@@ -168,7 +168,7 @@ def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> t
 
 
 REUSED = ("the same memory with new values gave a wrong answer: a result kept from an earlier call "
-          "(cached by its pointer, or by a sample of its values)?")
+          "(cached by its pointer, or by a sample of its values), or work still running on another stream?")
 
 
 def _check_reused(spec, ops, variant, main, dtype, label) -> Check:
