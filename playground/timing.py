@@ -73,10 +73,11 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     clock = _SmClock() if cuda else None
     samples: dict[str, list] = {k: [] for k in fns}
     start, rounds = time.perf_counter(), 0
+    turn = _turns(fns)
     while not _enough(rounds, time.perf_counter() - start, budget_s, samples, noise_target):
         mhz = clock.read() if clock else None
-        for name, pairs in fns.items():
-            k = rounds % len(pairs)
+        for j, (name, pairs) in enumerate(fns.items()):
+            k = turn(rounds, j) % len(pairs)
             seconds, host, out = _turn(*pairs[k], warm, cuda, events, flush)
             samples[name].append((seconds, host, mhz))
             if observe and name != EMPTY:
@@ -87,6 +88,17 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
         empty = stats.pop(EMPTY)
         stats = {k: dataclasses.replace(v, host_floor_s=empty.host_s - empty.median_s) for k, v in stats.items()}
     return stats
+
+
+def _turns(fns: dict):
+    """Which input contender j times in round r: the calls take the inputs in turn, whoever makes them, so
+    every call finds its input last read as many calls ago as any other contender's (a contender timed
+    right after another on the same input would find it in the cache). When the contenders' count is a
+    multiple of the inputs', one input is skipped each round, so no contender gets the same one twice."""
+    count = len(fns) - (EMPTY in fns)
+    inputs = max(len(p) for p in fns.values())
+    per_round = count + (count % inputs == 0 and inputs > 1)
+    return lambda r, j: r * per_round + j
 
 
 def _enough(rounds: int, spent: float, budget_s: float, samples: dict, noise_target: float) -> bool:

@@ -42,6 +42,20 @@ def test_rotation_gives_consecutive_calls_different_inputs_and_observe_sees_ever
     assert observed == [(k, k) for k in timed]
 
 
+@pytest.mark.parametrize("contenders", [2, 3, 6])
+def test_the_calls_take_the_inputs_in_turn_whoever_makes_them(contenders):
+    """No call finds its input just read by the contender before it (it would be in the cache), and no
+    contender times the same input twice in a row, whether or not 3 divides the number of contenders."""
+    calls = []
+    fns = {c: [(lambda k=k: (k,), lambda k, c=c: calls.append((c, k))) for k in range(3)] for c in range(contenders)}
+    bench(fns, "cpu", budget_s=0.0)
+    timed = calls[9 * contenders:]
+    assert all(a[1] != b[1] for a, b in zip(timed, timed[1:]))
+    for c in range(contenders):
+        mine = [k for who, k in timed if who == c]
+        assert all(a != b for a, b in zip(mine, mine[1:]))
+
+
 def test_a_timed_call_that_returns_another_inputs_answer_fails():
     """A result kept from the previous call is caught in the timing loop, not only in the check."""
     pool = [torch.randn(1000, generator=torch.Generator().manual_seed(k)) for k in range(3)]
