@@ -23,8 +23,8 @@ class Stats:
     samples: int
     method: str
     noise: float = 0.0  # the samples' relative standard deviation, as nvbench reports it
-    host_s: float | None = None  # CUDA events: the median of the same calls on a host clock ended by a device-wide sync
-    host_floor_s: float | None = None  # what that host clock exceeds the events by for an empty call (same run)
+    tail_s: float | None = None  # CUDA events: the median wait of a device-wide sync after the end event had fired
+    tail_floor_s: float | None = None  # the same wait after an empty call (same run): what the sync itself costs
     dropped: int = 0  # samples dropped because the SM clock was below MIN_CLOCK of its maximum
     clock_mhz: tuple | None = None  # the SM clock over the kept samples: (min, median, max), where NVML reads it
 
@@ -63,7 +63,7 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     cuda = device == "cuda"
     events = cuda and not wall
     if events:
-        fns[EMPTY] = [(tuple, lambda: None)]  # what recording the events and the device-wide sync cost alone
+        fns[EMPTY] = [(tuple, lambda: None)]  # what the device-wide sync after the end event costs alone
     flush = _l2_flusher(working_set) if events and not warm else None
     for pairs in fns.values():  # warm-up: caches, lazy init, allocator
         for prepare, run in pairs * 3:
@@ -86,7 +86,7 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     stats = {k: _summary(v, _method(cuda, wall, flush, warm), clock) for k, v in samples.items()}
     if events:
         empty = stats.pop(EMPTY)
-        stats = {k: dataclasses.replace(v, host_floor_s=empty.host_s - empty.median_s) for k, v in stats.items()}
+        stats = {k: dataclasses.replace(v, tail_floor_s=empty.tail_s) for k, v in stats.items()}
     return stats
 
 
@@ -131,7 +131,7 @@ def _method(cuda: bool, wall: bool, flush, warm: bool) -> str:
     return method
 
 
-EMPTY = "(empty call)"  # bench's own contender on CUDA events: the floor of the host clock's excess
+EMPTY = "(empty call)"  # bench's own contender on CUDA events: the floor of the tail
 
 
 def as_pair(f):
@@ -144,13 +144,13 @@ def _summary(samples: list, method: str, clock) -> Stats:
     kept = kept or samples  # all throttled: keep them rather than report nothing (the count says so)
     mhz = sorted(s[2] for s in kept if s[2] is not None)
     return _stats([s[0] for s in kept], method, dropped=len(samples) - len(kept),
-                  host_s=statistics.median(s[1] for s in kept) if kept[0][1] is not None else None,
+                  tail_s=statistics.median(s[1] for s in kept) if kept[0][1] is not None else None,
                   clock_mhz=(mhz[0], mhz[len(mhz) // 2], mhz[-1]) if mhz else None)
 
 
 def _one(fn, args, cuda: bool, events: bool, flush) -> tuple[float, float | None, object]:
-    """(seconds, host seconds or None, output) of one call. With events, the host clock runs from before
-    the start event to after a device-wide synchronize: work on any stream ends it, not only PyTorch's."""
+    """(seconds, tail seconds or None, output) of one call. With events, the tail is how long a device-wide
+    sync still waits once the end event on PyTorch's stream has fired: work left on any other stream."""
     import torch
 
     if not events:
@@ -162,13 +162,13 @@ def _one(fn, args, cuda: bool, events: bool, flush) -> tuple[float, float | None
             torch.cuda.synchronize()
         return time.perf_counter() - t, None, out
     if flush:
-        flush()
+        flush()  # still running when the call is launched: the GPU is busy, so the launch's host time is hidden
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
     begin.record()
     out = fn(*args)
     end.record()
+    end.synchronize()
+    t = time.perf_counter()
     torch.cuda.synchronize()
     return begin.elapsed_time(end) / 1e3, time.perf_counter() - t, out
 

@@ -169,7 +169,7 @@ def gpu_record(n: int, seconds: float, copy: float | None = None, dtype="float32
     """A sum run on an H200 as `kplay run --json` gives it (the time chosen): 4 bytes and one FLOP per element."""
     p = h200()
     stats = {"median_s": seconds, "q1_s": seconds, "q3_s": seconds, "samples": 50, "method": "CUDA events",
-             "noise": 0.004, "host_s": None, "host_floor_s": None, "dropped": 0, "clock_mhz": None}
+             "noise": 0.004, "tail_s": None, "tail_floor_s": None, "dropped": 0, "clock_mhz": None}
     roof = p.roof(4 * n, n, dtype)[0]
 
     def timed(**more):

@@ -75,9 +75,9 @@ def test_a_timed_call_that_returns_another_inputs_answer_fails():
     assert runner._timed_outputs(honest, ("variant", "v"), expected, {"call": None}) == []
 
 
-def test_host_clock_far_above_the_events_means_unseen_work():
-    honest = {"call": stats(100e-6, 0.01, host_s=130e-6, host_floor_s=12e-6)}
-    fooled = {"call": stats(5e-6, 0.01, host_s=105e-6, host_floor_s=12e-6)}
+def test_a_long_wait_after_the_end_event_means_unseen_work():
+    honest = {"call": stats(100e-6, 0.01, tail_s=14e-6, tail_floor_s=12e-6)}
+    fooled = {"call": stats(5e-6, 0.01, tail_s=95e-6, tail_floor_s=12e-6)}
     assert runner._unseen_work(honest) == []
     assert "another stream" in runner._unseen_work(fooled)[0]
     assert runner._unseen_work({"call": stats(5e-6, 0.01)}) == []  # CPU: no events, nothing to compare
@@ -95,7 +95,7 @@ def test_a_run_times_several_seeded_inputs_and_says_so(kplay):
 # ---- on a GPU ---------------------------------------------------------------------------------------------
 
 @pytest.mark.cuda
-def test_work_left_on_a_side_stream_is_seen_by_the_host_clock():
+def test_work_left_on_a_side_stream_is_seen_by_the_device_wide_sync():
     x = torch.randn(4096, 4096, device="cuda")
     side = torch.cuda.Stream()
 
