@@ -52,10 +52,9 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     """Time each function, taking turns so drift hits all alike; on CUDA with events (or a synced wall clock).
 
     A (prepare, run) pair times run(*prepare()) alone (a backward needs a fresh graph, untimed); a list of
-    them is one contender on several inputs, entry k % len in round k, and observe(name, k, output) sees
-    every timed call's output, untimed. warm (host-bound ops): each sample follows an untimed call of its
-    own, as in a model's loop, from an idle GPU, with no L2 flush. Sampling stops once every contender's
-    noise is below noise_target (after MIN_SAMPLES), or when the budget is spent.
+    them is one contender on several inputs (_turns), and observe(name, k, output) sees every timed call's
+    output, untimed. warm (host-bound ops): each sample follows an untimed call of its own, from an idle
+    GPU, no L2 flush. Sampling stops when every noise is below noise_target, or the budget is spent.
     """
     import torch
 
