@@ -12,7 +12,7 @@ def verdict(before: dict, after: dict) -> str:
     """'same' when the medians differ by less than the larger noise or the interquartile ranges overlap
     (either says the difference is not shown); otherwise 'faster' or 'slower' (after against before)."""
     a, b = before["median_s"], after["median_s"]
-    within_noise = abs(a - b) < max(before["noise"], after["noise"]) * min(a, b)
+    within_noise = abs(a - b) < max(before.get("noise", 0.0), after.get("noise", 0.0)) * min(a, b)
     overlap = after["q1_s"] <= before["q3_s"] and before["q1_s"] <= after["q3_s"]
     if within_noise or overlap:
         return "same"
@@ -27,7 +27,9 @@ def load(path: Path) -> dict:
         raise UsageError(f"--against {path}: {e.strerror.lower() if e.strerror else e}") from None
     except ValueError:
         raise UsageError(f"--against {path}: not JSON (write it with kplay run ... --json > {path})") from None
-    if not isinstance(record, dict) or "variants" not in record or "family" not in record:
+    timed = lambda t: t is None or isinstance(t, dict) and all(k in t for k in ("median_s", "q1_s", "q3_s"))
+    if (not isinstance(record, dict) or "family" not in record or not isinstance(record.get("variants"), list)
+            or not all(isinstance(v, dict) and "variant" in v and timed(v.get("time")) for v in record["variants"])):
         raise UsageError(f"--against {path}: not a kplay run record (write it with kplay run ... --json)")
     return record
 

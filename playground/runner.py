@@ -6,7 +6,6 @@ import dataclasses
 import difflib
 import functools
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field
 
@@ -161,7 +160,7 @@ def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> t
             shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
         if "values" not in req.sizes:
             on_event(events.CHECK, variant=variant, case=_label(fam, req.sizes) + " reused")
-            checks.append(_check_reused(spec, ops, variant, main, dtype, _label(fam, req.sizes)))
+            checks += [c for c in [_check_reused(spec, ops, variant, main, dtype, _label(fam, req.sizes))] if c]
     except KernelCrash as e:
         raise KernelCrash(_in_sources(str(e), fam, fam.variants[variant])) from None
     return merge(checks), shown
@@ -171,20 +170,24 @@ REUSED = ("the same memory with new values gave a wrong answer: a result kept fr
           "(cached by its pointer, or by a sample of its values), or work still running on another stream?")
 
 
-def _check_reused(spec, ops, variant, main, dtype, label) -> Check:
-    """The requested size in memory the kernel has seen before, its values changed (the first and the last
-    kept): a result cached by pointer, or by a hash of a few elements, is stale here and fails."""
+def _check_reused(spec, ops, variant, main, dtype, label) -> Check | None:
+    """The requested size in memory the kernel has seen before, its floating-point values negated in place
+    (the first and the last kept): a result cached by pointer, or by a hash of a few elements, is stale
+    here and fails. None where nothing can change (no float input) or the output is printed."""
     import torch
 
     inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in main)
+    floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 2
+              and x.is_contiguous()]
+    if not floats or spec.from_stdout:
+        return None
     case = label + " reused"
     try:
         spec.call(ops, variant, *inputs)  # what a cache would keep
-        for x in inputs:
-            if isinstance(x, torch.Tensor) and x.numel() > 2 and (x.is_floating_point() or x.is_signed()):
-                x.view(-1)[1:-1].neg_()  # in place: the same pointer, the same first and last elements
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {_first_line(e)}") from None
+    for x in floats:  # in place: the same pointer, the same first and last elements
+        x.view(-1)[1:-1].neg_()
     check, _ = _check(spec, ops, variant, inputs, dtype, case)
     return check if check.ok else dataclasses.replace(check, mismatches=[*check.mismatches, f"{case}: {REUSED}"])
 
@@ -220,7 +223,9 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
     device = result.device
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
     flops = spec.flops(req.sizes) if spec.flops else 0
-    pool = _pool(spec, req, inputs, dtype, device, nbytes)
+    first = next(iter(ops))
+    contenders = (len(ops) + len(baselines)) * len(spec.timings(spec.function(ops[first], first), inputs))
+    pool = _pool(spec, req, inputs, dtype, device, nbytes, contenders)
     expected = [(spec.reference(*x), as_tuple(spec.tolerance(*x, dtype)[0])) for x in pool]
     steps = {("variant", v): [spec.timings(spec.function(ops[v], v), x) for x in pool] for v in ops}
     steps |= {("baseline", b): [spec.timings(fn, x) for x in pool] for b, fn in baselines.items()}
@@ -244,7 +249,8 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
         key = ("variant", v.variant)
         _timed(v, key, steps[key][0], stats, walls, rates)
         _speedups(v, result.baselines)
-        found = [*_timed_outputs(deviations, key, expected, v.timings), *_unseen_work(v.timings), *_impossible(v, device)]
+        found = [*_timed_outputs(deviations, key, expected, v.timings, spec.outputs), *_unseen_work(v.timings),
+                 *([] if spec.wall_clock else _impossible(v, device))]  # warm, unflushed: the L2 may serve it
         if found:
             v.check = dataclasses.replace(v.check, ok=False, mismatches=v.check.mismatches + found)
     if device == "cuda":
@@ -288,30 +294,50 @@ def _bench(spec, req, fns: dict, device: str, nbytes: int, observe) -> tuple[dic
     return stats, walls
 
 
-def _pool(spec, req, main, dtype, device, nbytes) -> list:
+def _pool(spec, req, main, dtype, device, nbytes, contenders: int) -> list:
     """The inputs the timed calls take turns on: `main` and more seeded ones, so that no two consecutive calls
-    see the same pointer or the same data (a result cached by pointer or by content does not pay)."""
-    import torch
-
+    see the same pointer or the same data (a result cached by pointer or by content does not pay). Their
+    count does not divide the contenders' (see timing._turns), and takes a quarter of the free memory at most."""
     want = max(3, min(POOL_MAX, -(-POOL_BYTES // max(nbytes, 1))))
-    free = torch.cuda.mem_get_info()[0] if device == "cuda" else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    count = max(2, min(want, free // 4 // max(nbytes, 1)))  # a quarter of the free memory at most
+    want = next(k for k in range(want, want + contenders + 1) if contenders % k)
+    count = max(1, min(want, _free_bytes(device) // 4 // max(nbytes, 1)))
     return [main, *(_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k) for k in range(1, count))]
 
 
+def _free_bytes(device: str) -> int:
+    """Memory the pool may use: the GPU's free memory, or the host's MemAvailable (Linux); elsewhere 1 GB."""
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0]
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return 1 << 30
+
+
 def _deviation(out, ref):
-    """The largest |out - ref| of each output the timed step returned (a forward: the first outputs), as one
-    tensor left on the device (no sync inside the timing loop); empty where there is nothing to compare."""
+    """The largest |out - ref| of each output the timed step returned (a forward: the first outputs), NaN
+    scored as compare scores it, as one tensor left on the device (no sync inside the timing loop); an
+    output that cannot be compared scores 0 and keeps its place. None where nothing can be compared."""
     import torch
 
     outs, refs = as_tuple(out), as_tuple(ref)
-    pairs = [(o, r) for o, r in zip(outs, refs) if isinstance(o, torch.Tensor) and o.shape == r.shape and o.numel()]
-    if not pairs or len(outs) > len(refs):
+    if len(outs) > len(refs) or not any(isinstance(o, torch.Tensor) for o in outs):
         return None
-    return torch.stack([(o.detach().double() - r.to(o.device).double()).abs().max() for o, r in pairs])
+    errors = []
+    for o, r in zip(outs, refs):
+        if not isinstance(o, torch.Tensor) or o.shape != r.shape or not o.numel():
+            errors.append(torch.zeros((), dtype=torch.float64, device=r.device))
+            continue
+        o64, r64 = o.detach().double(), r.to(o.device).double()
+        err = torch.where(o64.isnan() & r64.isnan(), 0.0, (o64 - r64).abs())
+        errors.append(torch.where(o64.isnan() != r64.isnan(), float("inf"), err).max())
+    return torch.stack([e.to(errors[0].device) for e in errors])
 
 
-def _timed_outputs(deviations, key, expected, timings) -> list[str]:
+def _timed_outputs(deviations, key, expected, timings, names=()) -> list[str]:
     """A timed call whose output is not the reference of its own input: a result cached from another call,
     or work still running when the output was read."""
     for label in timings:
@@ -319,10 +345,11 @@ def _timed_outputs(deviations, key, expected, timings) -> list[str]:
             if dev is None:
                 continue
             tols = expected[k][1] * len(dev) if len(expected[k][1]) == 1 else expected[k][1][:len(dev)]
-            worst = dev.cpu().tolist()
-            if any(not (e <= t) for e, t in zip(worst, tols)):  # NaN fails too
-                return [f"timing: {label} on timed input {k + 1} was off by {max(worst):.3g} (tolerance {max(tols):.3g}): a "
-                        f"result kept from another call?"]
+            for i, (e, t) in enumerate(zip(dev.cpu().tolist(), tols)):
+                if not e <= t:  # NaN fails too
+                    name = names[i] if i < len(names) else f"output {i}"
+                    return [f"timing: {label} on timed input {k + 1}: {name} off by {e:.3g} (tolerance {t:.3g}): "
+                            f"a result kept from another call?"]
     return []
 
 
@@ -386,8 +413,10 @@ def _total(timings: dict) -> Stats:
     if len(timings) == 1:
         return next(iter(timings.values()))
     parts = list(timings.values())
-    return Stats(sum(t.median_s for t in parts), sum(t.q1_s for t in parts), sum(t.q3_s for t in parts),
-                 min(t.samples for t in parts), parts[0].method + ", " + " + ".join(timings))
+    median = sum(t.median_s for t in parts)
+    noise = math.sqrt(sum((t.noise * t.median_s) ** 2 for t in parts)) / median if median else 0.0  # independent steps
+    return Stats(median, sum(t.q1_s for t in parts), sum(t.q3_s for t in parts), min(t.samples for t in parts),
+                 parts[0].method + ", " + " + ".join(timings), noise=noise, dropped=max(t.dropped for t in parts))
 
 
 def _inputs(spec, sizes, dtype, device, seed):
@@ -422,20 +451,19 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
     try:
         with stdout_fd() as printed:
             out = spec.call(ops, variant, *inputs)
-            if cuda and spec.from_stdout:
-                torch.cuda.synchronize()  # a kernel's printf reaches stdout at a synchronize
-        if spec.from_stdout:
-            try:
-                out = spec.from_stdout(printed.text, *inputs)
-            except AssertionError as e:
-                return failed(str(e), source, case), printed.text
-        # Each output is read in stream order on PyTorch's current stream, before any device-wide sync:
-        # a kernel whose work is still running on another stream gives what the poisoned memory held.
-        result = compare(_read_in_stream_order(out) if cuda else out, ref, tol, source, case, spec.outputs)
-        if cuda:
-            torch.cuda.synchronize()  # an error in work that nothing read shows here
+            # Each output is read in stream order on PyTorch's current stream, before any device-wide sync:
+            # a kernel whose work is still running on another stream gives what the poisoned memory held.
+            out = _read_in_stream_order(out) if cuda else out
+            if cuda:
+                torch.cuda.synchronize()  # an error in work that nothing read shows here; printf reaches stdout
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {_first_line(e)}") from None
+    if spec.from_stdout:
+        try:
+            out = spec.from_stdout(printed.text, *inputs)
+        except AssertionError as e:
+            return failed(str(e), source, case), printed.text
+    result = compare(out, ref, tol, source, case, spec.outputs)
     for k, (a, b) in enumerate(zip(before, inputs)):
         if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
             result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)

@@ -138,7 +138,8 @@ def student_place(f: Finding, fam, variants: list) -> str:
     if f.file is None:
         return f"offset {f.offset} (no -lineinfo)"
     folder = Path(f.file).parent.name
-    variant = next((v for v in variants if folder.startswith(re.sub(r"\W", "_", f"kplay_{fam.name}_{v.name}_").lower())),
+    named = sorted(variants, key=lambda v: -len(v.name))  # the longest first: tree_past_end before tree
+    variant = next((v for v in named if folder.startswith(re.sub(r"\W", "_", f"kplay_{fam.name}_{v.name}_").lower())),
                    variants[0])
     return _in_sources(f"{f.file}:{f.line}", fam, variant)
 

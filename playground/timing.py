@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import statistics
 import time
@@ -58,7 +59,7 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, working_set: int = 0, w
     """
     import torch
 
-    fns = {k: [as_pair(f) for f in f] if isinstance(f, list) else [as_pair(f)] for k, f in fns.items()}
+    fns = {k: [as_pair(p) for p in f] if isinstance(f, list) else [as_pair(f)] for k, f in fns.items()}
     cuda = device == "cuda"
     events = cuda and not wall
     if events:
@@ -138,9 +139,13 @@ def as_pair(f):
 
 
 def _summary(samples: list, method: str, clock) -> Stats:
-    """Stats of the samples taken at a full clock; the rest are counted as dropped."""
-    kept = [s for s in samples if clock is None or s[2] is None or s[2] >= MIN_CLOCK * clock.max_mhz]
-    kept = kept or samples  # all throttled: keep them rather than report nothing (the count says so)
+    """Stats of the samples taken at a full clock (MIN_CLOCK of the maximum, or of the run's highest where
+    the clocks are locked lower); the rest are counted as dropped."""
+    seen = [s[2] for s in samples if s[2] is not None]
+    full = max(clock.max_mhz or 0, 0) if clock and seen else 0
+    if seen and max(seen) < MIN_CLOCK * full:
+        full = max(seen)  # locked below 75% of the boost clock (nvidia-smi -lgc): that is the clock to hold
+    kept = [s for s in samples if s[2] is None or s[2] >= MIN_CLOCK * full]
     mhz = sorted(s[2] for s in kept if s[2] is not None)
     return _stats([s[0] for s in kept], method, dropped=len(samples) - len(kept),
                   tail_s=statistics.median(s[1] for s in kept) if kept[0][1] is not None else None,
@@ -176,16 +181,7 @@ class _SmClock:
     """The SM clock through NVML (nvidia-ml-py), where it is installed; otherwise reads None."""
 
     def __init__(self):
-        import torch
-
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(torch.cuda.current_device()))
-            self.max_mhz = pynvml.nvmlDeviceGetMaxClockInfo(self._handle, pynvml.NVML_CLOCK_SM)
-        except Exception:  # no nvidia-ml-py, or no NVML on this machine
-            self._nvml, self.max_mhz = None, None
+        self._nvml, self._handle, self.max_mhz = _nvml_handle()
 
     def read(self) -> int | None:
         try:
@@ -194,12 +190,21 @@ class _SmClock:
             return None
 
 
-def _nvml_index(device: int) -> int:
-    """NVML numbers every GPU; CUDA only the visible ones: map through CUDA_VISIBLE_DEVICES when it is a list."""
-    import os
+@functools.cache
+def _nvml_handle():
+    """(pynvml, handle, max SM MHz) of the current CUDA device, found by its UUID (NVML and CUDA number the
+    GPUs differently), once per process; (None, None, None) without NVML."""
+    import torch
 
-    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip().isdigit()]
-    return int(visible[device]) if device < len(visible) else device
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+        return pynvml, handle, pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    except Exception:  # no nvidia-ml-py, no NVML, or a device it does not know
+        return None, None, None
 
 
 def _l2_flusher(working_set: int):
