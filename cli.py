@@ -237,6 +237,38 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     raise typer.Exit(result["exit_code"])
 
 
+@app.command(context_settings=FAMILY_OPTIONS)
+@friendly
+def watch(ctx: typer.Context, folder: Annotated[str, typer.Argument(help="A kernel folder (kplay eject writes one).")],
+          size: Sizes = None, device: Dev = Device.auto, variant: Variant = None, dtype: Dtype = None,
+          param: Params = None, timeout: Timeout = 120.0,
+          no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing.")] = False):
+    """Rerun the kernel in FOLDER on every save: the verdict, and once it passes, its time against the last
+    passing version (faster, slower or the same within the noise). Ctrl-C ends it.
+    """
+    from playground import isolate, request, watch as watcher
+
+    root = watcher.folder(folder)
+    sizes = _sizes(str(root), None, ctx.args, size)
+
+    def make():  # a fresh request for every run: the save may have changed task.toml
+        return request.make(str(root), device=device.value, variant=variant, dtype=dtype, sizes=sizes,
+                            params=param or [], bench=not no_bench, timeout=timeout)
+
+    def attempt() -> dict:
+        req = make()
+        with _progress() as on_event:
+            return isolate.run(req, on_event)
+
+    make()  # a bad option is one line and exit 2 now, not an error on every save
+    try:
+        for outcome in watcher.loop(attempt, watcher.changes(root)):
+            out.print(watcher.render(outcome))
+    except KeyboardInterrupt:  # the child and its build are killed on the way out (isolate.run's finally)
+        pass
+    err.print("stopped watching")
+
+
 def _sanitized(req, tool: str, on_event) -> dict:
     from playground import sanitize
 

@@ -152,8 +152,9 @@ def _spread(stats: dict | None) -> str:
 
 # ---- kplay run -----------------------------------------------------------------------------------------
 
-def run_report(r: dict, explain: bool = False) -> Group:
-    """The title, the verdict table of one run, then what the checker found."""
+def run_report(r: dict, explain: bool = False, compact: bool = False) -> Group:
+    """The title, the verdict table of one run, then what the checker found (compact: without the notes on
+    how it was checked and timed, for kplay watch)."""
     shape = _shape([r])
     table = _table(shape, "variant")
     steps = list(_clock(next((t for t in (*r["variants"], *r["baselines"].values()) if t["timings"]), {"timings": {}, "walls": {}})))
@@ -162,7 +163,8 @@ def run_report(r: dict, explain: bool = False) -> Group:
         for k, step in enumerate(rows):
             table.add_row(who if k == 0 else "", *_cells(t, step, shape, r["baselines"], k == 0),
                           end_section=shape.steps and k == len(rows) - 1)
-    return Group(*_title(r), table, *kernel_lines(r), *vectorization(r, explain), *_notes(r))
+    notes = [Text(f"warning: {w}", style="yellow") for w in r.get("warnings", [])] + _outcome(r) if compact else _notes(r)
+    return Group(*_title(r), table, *kernel_lines(r), *vectorization(r, explain), *notes)
 
 
 MAX_KERNELS = 4  # per contender; an ATen op launches many (lltm): the ones with the most GPU time, --json has all
@@ -275,6 +277,12 @@ def _notes(r: dict) -> list:
         if stats["median_s"] < CALL_PATH_S:
             out.append(Text(f"at under {seconds(CALL_PATH_S)} a call's time is mostly its path from Python through "
                             "the dispatcher, not the kernel's work", style="dim"))
+    return out + _outcome(r)
+
+
+def _outcome(r: dict) -> list:
+    """What each variant printed, the checker's mismatches, and the verdict line."""
+    out = []
     for v in r["variants"]:
         out += _printed(v)
         out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]

@@ -1,0 +1,128 @@
+"""kplay watch: the loop on a fake change stream (scalar → SIMD → syntax error), bad input, real watchfiles."""
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from rich.console import Console
+
+from conftest import ROOT
+from playground import isolate, request, watch
+
+# The ejected sum.cpp with its SIMD lanes and threads replaced by one scalar loop (strict IEEE order: the
+# compiler cannot vectorize it), as a student might write it first.
+SCALAR = """
+template <typename T>
+double sum_all(const T* x, int64_t n) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += x[i];
+  return total;
+}
+"""
+
+
+def scalar(source: str) -> str:
+    start = source.index("// One partial sum per chunk")
+    end = source.index("// A 0-d tensor")
+    return source[:start] + SCALAR + "\n" + source[end:]
+
+
+def text(renderable) -> str:
+    console = Console(width=80, record=True, color_system=None, file=open(os.devnull, "w"))
+    console.print(renderable)
+    return console.export_text()
+
+
+@pytest.fixture
+def ejected(kplay, tmp_path):
+    target = tmp_path / "mysum"
+    assert kplay("eject", "sum", target, "--variant", "cpp").exit_code == 0
+    return target
+
+
+def test_loop_says_faster_then_shows_the_compile_error_and_goes_on(ejected, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # SIMD lanes against a scalar loop: threads on shared cores only add noise
+    src = ejected / "sum.cpp"
+    simd = src.read_text()
+    src.write_text(scalar(simd))
+
+    def saves():
+        src.write_text(simd)
+        yield {str(src)}
+        src.write_text(simd.replace("return out;", "return out"))  # a missing semicolon
+        yield {str(src)}
+        src.write_text(simd)
+        yield {str(src)}
+
+    def attempt():
+        req = request.make(str(ejected), device="cpu", sizes={"n": "1e6"}, skip_baselines=["torch.sum"])
+        return isolate.run(req)
+
+    first, faster, broken, fixed = list(watch.loop(attempt, saves()))
+    assert first.result["ok"] and first.before == {}
+    assert "the first passing version" in text(watch.render(first))
+    assert faster.before["cpp"] == first.result["variants"][0]["time"]
+    shown = text(watch.render(faster))
+    assert "faster than the last passing version" in shown and "saved sum.cpp" in shown, shown
+    assert broken.result is None and "compile error in sum.cpp" in str(broken.error)
+    assert "|   return out" in text(watch.render(broken))  # the compiler's source line, under its error
+    assert fixed.result["ok"] and fixed.before["cpp"] == faster.result["variants"][0]["time"]  # the broken one skipped
+
+
+def test_loop_keeps_the_last_passing_time_across_a_failed_check():
+    def record(ok, median):
+        t = {"median_s": median, "q1_s": median * 0.99, "q3_s": median * 1.01, "noise": 0.01}
+        return {"ok": ok, "variants": [{"variant": "cpp", "check": {"ok": ok}, "time": t}]}
+
+    runs = iter([record(True, 2e-4), record(False, 1e-5), record(True, 1e-4)])
+    outcomes = list(watch.loop(lambda: next(runs), iter([{"a.cpp"}, {"a.cpp"}])))
+    assert [o.before.get("cpp", {}).get("median_s") for o in outcomes] == [None, None, 2e-4]
+    line = watch.comparison("cpp", outcomes[2].result["variants"][0]["time"], outcomes[2].before["cpp"]).plain
+    assert line == "cpp: 100 µs, 2.0× faster than the last passing version (200 µs)"
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p, "is not a kernel folder: it has no task.toml"),
+    (lambda p: p / "missing", "no such folder"),
+])
+def test_watch_bad_folder_is_one_line_and_exit_2(kplay, tmp_path, make, message):
+    result = kplay("watch", make(tmp_path))
+    assert result.exit_code == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def test_watch_reruns_on_a_save_and_ctrl_c_exits_0(ejected):
+    """The real command: watchfiles sees the touch, a second run follows; SIGINT ends it with exit 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "NO_COLOR": "1"}
+    child = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "watch", str(ejected), "--n", "1e3", "--no-bench"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in child.stdout], daemon=True).start()
+
+    def wait_for(word, seconds=60, poke=lambda: None):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            poke()
+            try:
+                if word in lines.get(timeout=1):
+                    return True
+            except queue.Empty:
+                pass
+        return False
+
+    try:
+        assert wait_for("watching for the next save")
+        # the watcher starts just after the first run: touch until it has seen one (later touches are batched)
+        assert wait_for("run 2 · saved sum.cpp", poke=(ejected / "sum.cpp").touch)
+        assert wait_for("watching for the next save")
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=20) == 0
+        assert "Traceback" not in child.stderr.read()
+    finally:
+        if child.poll() is None:
+            child.kill()
