@@ -223,9 +223,7 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
     device = result.device
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
     flops = spec.flops(req.sizes) if spec.flops else 0
-    first = next(iter(ops))
-    contenders = (len(ops) + len(baselines)) * len(spec.timings(spec.function(ops[first], first), inputs))
-    pool = _pool(spec, req, inputs, dtype, device, nbytes, contenders)
+    pool = _pool(spec, req, inputs, dtype, device, nbytes, _contenders(spec, ops, baselines, inputs))
     expected = [(spec.reference(*x), as_tuple(spec.tolerance(*x, dtype)[0])) for x in pool]
     steps = {("variant", v): [spec.timings(spec.function(ops[v], v), x) for x in pool] for v in ops}
     steps |= {("baseline", b): [spec.timings(fn, x) for x in pool] for b, fn in baselines.items()}
@@ -292,6 +290,12 @@ def _bench(spec, req, fns: dict, device: str, nbytes: int, observe) -> tuple[dic
     except Exception as e:  # a kernel that passed the check and fails when timed
         raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None
     return stats, walls
+
+
+def _contenders(spec, ops: dict, baselines: dict, inputs) -> int:
+    """How many timings take turns: every variant and baseline, times the steps of one (forward, backward)."""
+    first = next(iter(ops))
+    return (len(ops) + len(baselines)) * len(spec.timings(spec.function(ops[first], first), inputs))
 
 
 def _pool(spec, req, main, dtype, device, nbytes, contenders: int) -> list:
