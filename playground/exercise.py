@@ -119,11 +119,11 @@ def start(fam: registry.Family, variant: registry.Variant, folder: Path, params:
     table = {"family": fam.name, "variant": variant.name, "hints": [asdict(h) for h in hints]}
     with tempfile.TemporaryDirectory(prefix="kplay-starter-") as tmp:
         eject(fam, Path(tmp), [variant], params, starter=True, exercise=table)
-        _compiles(registry.load_family(Path(tmp)), variant, params, f"{fam.name}/{variant.name}")
+        _compiles(registry.load_family(Path(tmp)), variant, params, f"{fam.name}/{variant.name}", tmp)
     return eject(fam, folder, [variant], params, force=True, starter=True, exercise=table)
 
 
-def _compiles(starter: registry.Family, variant: registry.Variant, params: dict, what: str) -> None:
+def _compiles(starter: registry.Family, variant: registry.Variant, params: dict, what: str, where: str) -> None:
     """Build the starter here (CUDA compiles and links without a GPU); a failure is the marking's fault."""
     import logging
 
@@ -133,8 +133,9 @@ def _compiles(starter: registry.Family, variant: registry.Variant, params: dict,
     try:
         build(starter, starter.variants[variant.name], params)
     except BuildError as e:
-        first = next((d.strip() for d in e.details if "error" in d), str(e))
-        raise UsageError(f"the starter of {what} does not compile (fix the marking or add a // kplay:stub): {first}") from None
+        first = next((d.strip() for d in e.details if "error" in d), str(e)).replace(where + "/", "")
+        raise UsageError(f"the starter of {what} does not compile (fix the marking or add a // kplay:stub); "
+                         f"at the starter's line {first}") from None
 
 
 def table(folder: Path) -> dict:
