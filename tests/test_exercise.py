@@ -132,30 +132,33 @@ def test_show_and_eject_give_the_starter_unless_solution(kplay, tmp_path):
 
 
 RUNGS = ["tree", "first-add", "shuffle", "fast"]
+BUILT_IN = [f"sum/{r}" for r in RUNGS] + ["linear/cuda-tiled"]
 
 
-@pytest.mark.parametrize("rung", RUNGS)
-def test_every_sum_rung_has_hints_that_say_what_and_why(rung):
-    fam = registry.find("sum")
-    v = fam.variant(rung)
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_exercise_has_hints_that_say_what_and_why(name):
+    family, variant = name.split("/")
+    fam = registry.find(family)
+    assert exercise.is_exercise(fam)
+    v = fam.variant(variant)
     files = {n: (fam.path / n).read_text() for n in v.sources}
     hints = exercise.starter_files(files, fam.path)[1]
     assert hints and all(h.what and h.why for h in hints), hints
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("rung", RUNGS)
-def test_every_sum_rungs_starter_compiles(kplay, tmp_path, rung):
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_starter_compiles(kplay, tmp_path, name):
     """`start` builds the starter before writing it (nvcc compiles and links here, no GPU needed)."""
-    result = kplay("start", f"sum/{rung}", tmp_path / rung)
+    result = kplay("start", name, tmp_path / "me")
     assert result.exit_code == 0, result.output
-    assert "TODO 1:" in "".join(p.read_text() for p in (tmp_path / rung).glob("*.cu"))
+    assert "TODO 1:" in "".join(p.read_text() for p in (tmp_path / "me").glob("*.cu"))
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("rung", RUNGS)
-def test_every_sum_rungs_starter_fails_the_check_on_the_gpu(kplay, tmp_path, rung):
-    assert kplay("start", f"sum/{rung}", tmp_path / rung).exit_code == 0
-    result = kplay("check", tmp_path / rung, "--device", "cuda", "--json")
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_starter_fails_the_check_on_the_gpu(kplay, tmp_path, name):
+    assert kplay("start", name, tmp_path / "me").exit_code == 0
+    result = kplay("check", tmp_path / "me", "--device", "cuda", "--json")
     rec = json.loads(result.stdout)
     assert result.exit_code == 1 and rec["passed"] < rec["checked"] and rec["speedup"] is None, rec
