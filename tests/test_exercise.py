@@ -132,7 +132,7 @@ def test_show_and_eject_give_the_starter_unless_solution(kplay, tmp_path):
 
 
 RUNGS = ["tree", "first-add", "shuffle", "fast"]
-BUILT_IN = [f"sum/{r}" for r in RUNGS] + ["linear/cuda-tiled"]
+BUILT_IN = [f"sum/{r}" for r in RUNGS] + ["linear/cuda-tiled", "print_array/cpp"]
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
@@ -152,7 +152,7 @@ def test_every_built_in_starter_compiles(kplay, tmp_path, name):
     """`start` builds the starter before writing it (nvcc compiles and links here, no GPU needed)."""
     result = kplay("start", name, tmp_path / "me")
     assert result.exit_code == 0, result.output
-    assert "TODO 1:" in "".join(p.read_text() for p in (tmp_path / "me").glob("*.cu"))
+    assert "TODO 1:" in "".join(p.read_text() for p in (tmp_path / "me").glob("*.c[up]*"))
 
 
 @pytest.mark.cuda
@@ -162,3 +162,14 @@ def test_every_built_in_starter_fails_the_check_on_the_gpu(kplay, tmp_path, name
     result = kplay("check", tmp_path / "me", "--device", "cuda", "--json")
     rec = json.loads(result.stdout)
     assert result.exit_code == 1 and rec["passed"] < rec["checked"] and rec["speedup"] is None, rec
+
+
+def test_print_arrays_starter_keeps_its_stub_and_fails_the_check_here(kplay, tmp_path):
+    """A CPU exercise with a // kplay:stub: the starter prints nothing, so every case fails; the solution passes."""
+    assert kplay("start", "print_array/cpp", tmp_path / "me").exit_code == 0, kplay
+    source = (tmp_path / "me" / "print_array.cpp").read_text()
+    assert "    case ScalarType::Int: case ScalarType::Long: case ScalarType::Float: case ScalarType::Double: break;" in source
+    assert "print_values<int32_t>(c" not in source.split("TODO 1")[1].split("\n", 1)[1] and "TODO 1: One case per dtype" in source
+    result = kplay("check", tmp_path / "me", "--device", "cpu", "--json")
+    rec = json.loads(result.stdout)
+    assert result.exit_code == 1 and rec["passed"] == 0 and rec["checked"] > 0, rec
