@@ -150,7 +150,7 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
     kinds = [k for k, on in (("ptx", ptx), ("sass", sass), ("asm", asm)) if on]
     if len(kinds) > 1:
         raise UsageError(f"--{kinds[0]} and --{kinds[1]}: choose one")
-    if kinds and starter and _marked(fam, variant, params):  # the starter's code: built from an ejected copy
+    if kinds and starter and _marked(fam, kinds[0], variant, params):  # the starter's code: built from an ejected copy
         import tempfile
 
         from playground.scaffold import eject as write
@@ -171,11 +171,12 @@ def _is_exercise(fam) -> bool:
     return is_exercise(fam)
 
 
-def _marked(fam, variant: str | None, params: dict) -> bool:
-    """Whether the variant(s) shown have a region (an unmarked one is shown from the family's own files)."""
+def _marked(fam, kind: str, variant: str | None, params: dict) -> bool:
+    """Whether the variant(s) `_show_code` shows have a region (unmarked ones are shown from the family's own files)."""
     from playground import exercise, render
 
-    chosen = [fam.variant(variant)] if variant and variant != "all" else list(fam.variants.values())
+    chosen = ([fam.variant(variant)] if variant and variant != "all"
+              else fam.pick_variants("cpu" if kind == "asm" else "cuda", variant))
     return any(exercise.starter_sources(fam, v, params) != render.sources(fam, v, params) for v in chosen)
 
 

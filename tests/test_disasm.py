@@ -97,7 +97,7 @@ def test_nvdisasm_is_found_in_the_pip_wheel(tmp_path, monkeypatch):
 
 @pytest.mark.nvcc
 def test_kernel_naming_no_kernel_lists_the_kernels(kplay):
-    result = kplay("show", "sum", "--variant", "fast", "--ptx", "--kernel", "nope")
+    result = kplay("show", "sum", "--variant", "fast", "--ptx", "--kernel", "nope", "--solution")
     assert result.exit_code == 2
     assert "--kernel nope" in result.stderr and "sum_fast_kernel<float>, sum_fast_kernel<double>" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -173,3 +173,15 @@ def test_print_arrays_starter_keeps_its_stub_and_fails_the_check_here(kplay, tmp
     result = kplay("check", tmp_path / "me", "--device", "cpu", "--json")
     rec = json.loads(result.stdout)
     assert result.exit_code == 1 and rec["passed"] == 0 and rec["checked"] > 0, rec
+
+
+@pytest.mark.nvcc
+def test_show_ptx_of_a_marked_rung_is_the_starters_code_unless_solution(kplay):
+    def sources(*extra):
+        result = kplay("show", "sum", "--variant", "shuffle", "--ptx", "--kernel", "<float>", "--json", *extra)
+        assert result.exit_code == 0, result.output
+        (record,) = json.loads(result.stdout)
+        return " ".join(g["source"] for f in record["functions"] for g in f["groups"])
+
+    assert "__shfl_down_sync" not in sources()  # the starter has no shuffle to compile
+    assert "__shfl_down_sync" in sources("--solution")
