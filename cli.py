@@ -74,6 +74,7 @@ Sanitize = Annotated[Optional[str], typer.Option(metavar="TOOL", show_default=Fa
                                                  help="Check only, under compute-sanitizer: memcheck, racecheck, synccheck or initcheck.")]
 Help = Annotated[bool, typer.Option("--help", "-h", help="Show this message; with NAME, the kernel's sizes and parameters too.")]
 Force = Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
+Solution = Annotated[bool, typer.Option("--solution", help="An exercise's solution, not its starter.")]
 Folder = Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).", show_default=False)]
 # `kplay run sum --n 1e7`: a family's sizes are options of its own, parsed by kplay (--help lists them).
 FAMILY_OPTIONS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
@@ -137,7 +138,7 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
          ptx: Annotated[bool, typer.Option("--ptx", help="The CUDA kernels' PTX under their source lines.")] = False,
          sass: Annotated[bool, typer.Option("--sass", help="The CUDA kernels' SASS (needs nvdisasm).")] = False,
          asm: Annotated[bool, typer.Option("--asm", help="The C++ functions' machine code, and which loops vectorized.")] = False,
-         kernel: Kernel = None, json_: Json = False):
+         kernel: Kernel = None, json_: Json = False, solution: Solution = False):
     """Show what a kernel teaches, its sizes and parameters, then its rendered source, highlighted.
 
     With [b]--ptx[/b], [b]--sass[/b] or [b]--asm[/b]: what the compiler made of it, each source line
@@ -145,22 +146,47 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
     """
     fam = registry.find(name, path)
     params = fam.parse_params(param or [])
+    starter = _is_exercise(fam) and not solution
     kinds = [k for k, on in (("ptx", ptx), ("sass", sass), ("asm", asm)) if on]
     if len(kinds) > 1:
         raise UsageError(f"--{kinds[0]} and --{kinds[1]}: choose one")
+    if kinds and starter and _marked(fam, kinds[0], variant, params):  # the starter's code: built from an ejected copy
+        import tempfile
+
+        from playground.scaffold import eject as write
+
+        with tempfile.TemporaryDirectory(prefix="kplay-starter-") as tmp:
+            write(fam, Path(tmp), list(fam.variants.values()), params, starter=True)
+            return _show_code(registry.load_family(Path(tmp)), kinds[0], variant, params, kernel, json_)
     if kinds:
         return _show_code(fam, kinds[0], variant, params, kernel, json_)
     if kernel or json_:
         raise UsageError(f"{'--kernel' if kernel else '--json'} goes with --ptx, --sass or --asm")
-    _show_source(fam, device, variant, params)
+    _show_source(fam, device, variant, params, starter)
 
 
-def _show_source(fam, device: Device, variant: str | None, params: dict) -> None:
+def _is_exercise(fam) -> bool:
+    from playground.exercise import is_exercise
+
+    return is_exercise(fam)
+
+
+def _marked(fam, kind: str, variant: str | None, params: dict) -> bool:
+    """Whether the variant(s) `_show_code` shows have a region (unmarked ones are shown from the family's own files)."""
+    from playground import exercise, render
+
+    chosen = ([fam.variant(variant)] if variant and variant != "all"
+              else fam.pick_variants("cpu" if kind == "asm" else "cuda", variant))
+    return any(exercise.starter_sources(fam, v, params) != render.sources(fam, v, params) for v in chosen)
+
+
+def _show_source(fam, device: Device, variant: str | None, params: dict, starter: bool = False) -> None:
     """The note, the sizes and parameters, then each chosen variant's rendered sources."""
     from rich.markdown import Markdown
     from rich.panel import Panel
     from rich.syntax import Syntax
 
+    from playground.exercise import starter_sources
     from playground.render import sources
     from playground.report import sizes_table
 
@@ -169,7 +195,7 @@ def _show_source(fam, device: Device, variant: str | None, params: dict) -> None
     out.print(sizes_table(fam))
     for v in fam.pick_variants("cuda" if device == Device.auto else device.value, variant):
         out.print(f"[b]{v.name}[/b] ({v.device}): {v.note}")
-        for file, text in sources(fam, v, params).items():
+        for file, text in (starter_sources if starter else sources)(fam, v, params).items():
             syntax = Syntax(text, "cuda" if file.endswith(".cu") else "cpp", line_numbers=True, word_wrap=True)
             out.print(Panel(syntax, title=str(fam.path / file), title_align="left"))
 
@@ -519,7 +545,8 @@ def clean():
 @app.command()
 @friendly
 def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], typer.Option(help="Only this device's variants.")] = None,
-          variant: Variant = None, param: Params = None, force: Force = False, path: Path_ = None):
+          variant: Variant = None, param: Params = None, force: Force = False, path: Path_ = None,
+          solution: Solution = False):
     """Copy a kernel into a folder you edit: its sources rendered with your --param values, and its spec."""
     from playground.scaffold import eject as write
 
@@ -530,7 +557,8 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
         devices = [device.value] if device and device != Device.auto else fam.devices
         chosen = list({v.name: v for d in devices for v in fam.pick_variants(d, "all")}.values())
     target = Path(folder or fam.name)
-    for f in write(fam, target, chosen, fam.parse_params(param or []), force):
+    starter = _is_exercise(fam) and not solution
+    for f in write(fam, target, chosen, fam.parse_params(param or []), force, starter=starter):
         out.print(f"wrote {f}")
     out.print(f"edit the sources, then: [b]kplay run {_as_path(target)}[/b]")
 
@@ -563,6 +591,68 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
     python = Path(sys.executable)
     out.print(f"build and test it: [b]{python} -m pip install --no-build-isolation {folder} && "
               f"{python} -m pytest {folder}/tests[/b]")
+
+
+@app.command()
+@friendly
+def start(name: Annotated[str, typer.Argument(help="NAME or NAME/VARIANT, e.g. sum/shuffle.", show_default=False)],
+          folder: Annotated[Path, typer.Argument(help="The student's folder (must be empty).", show_default=False)],
+          param: Params = None, force: Force = False, path: Path_ = None):
+    """Write an exercise's starter: each marked region a numbered TODO; it compiles and fails the check."""
+    from playground import exercise
+
+    fam_name, variant = (name, None) if Path(name).exists() or "/" not in name else name.rsplit("/", 1)
+    fam = registry.find(fam_name, path)
+    v = exercise.pick(fam, variant)
+    with _progress():
+        written = exercise.start(fam, v, folder, fam.parse_params(param or []), force)
+    for f in written:
+        out.print(f"wrote {f}")
+    out.print(f"fill in the TODOs, then: [b]kplay check {_as_path(folder)}[/b] (stuck? [b]kplay hint {_as_path(folder)}[/b])")
+
+
+Student = Annotated[Optional[str], typer.Option("--name", help="The student's name in the record (default: the folder's owner).")]
+
+
+@app.command()
+@friendly
+def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)],
+          device: Dev = Device.auto, name: Student = None, json_: Json = False):
+    """Grade an exercise: the check at every test size and the main size, then the time against the reference.
+
+    Exit code: the run's (0 passed, 1 check failed, 3 build error, 4 crash).
+    """
+    from playground import exercise
+
+    with _progress() as on_event:
+        rec = exercise.grade(folder, device.value, name, on_event)
+    if json_:
+        print(json.dumps(rec, indent=2))
+        raise typer.Exit(rec["exit_code"])
+    if rec.get("error"):
+        err.print(f"[red]error:[/] {escape(rec['error'])}", highlight=False, soft_wrap=True)
+        for line in rec["details"]:
+            err.print(line, highlight=False, markup=False, soft_wrap=True)
+    else:
+        _show_run(rec["run"], False, None, False, None)
+    out.print(f"[b]{escape(exercise.score(rec))}[/b]", highlight=False)
+    raise typer.Exit(rec["exit_code"])
+
+
+@app.command()
+@friendly
+def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)]):
+    """Show the exercise's next hint (what, then why); kplay remembers which were shown."""
+    from playground import exercise
+
+    found, shown, total = exercise.next_hint(folder)
+    if found is None:
+        out.print(f"no more hints: all {total} shown (they are the TODOs in the sources)")
+        return
+    out.print(f"[b]hint {found['number']}/{total}[/b] · TODO {found['number']} in {escape(found['file'])}", highlight=False)
+    out.print(f"  what: {escape(found['what'])}", highlight=False)
+    if found.get("why"):
+        out.print(f"  why: {escape(found['why'])}", highlight=False)
 
 
 def _as_path(folder) -> str:

@@ -49,7 +49,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "KPLAY_CACHE": f"{tmp}/cache"}
         folder = Path(tmp) / "sum"
-        subprocess.run([*CLI, "eject", "sum", str(folder), "--device", args.device, "--variant", variant], env=env, check=True, capture_output=True)
+        subprocess.run([*CLI, "eject", "sum", str(folder), "--device", args.device, "--variant", variant, "--solution"], env=env, check=True, capture_output=True)
         run = [*CLI, "run", str(folder), "--device", args.device, "--variant", variant, "--no-bench", "--n", "1e6"]
         sources = [p.name for p in folder.iterdir() if p.suffix in (".cpp", ".cu")]
         kernel = folder / ("sum.cpp" if args.device == "cpu" else f"sum_{variant.replace('-', '_')}.cu")

@@ -15,6 +15,7 @@ class Check:
     tolerance_source: str
     mismatches: list[str] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)  # the sizes checked, e.g. "n=1"
+    failed: dict = field(default_factory=dict)  # each failing case's first message: mismatches stop at 5, cases do not
 
 
 def as_tuple(x) -> tuple:
@@ -68,4 +69,5 @@ def merge(checks: list[Check]) -> Check:
         tolerance_source=shown.tolerance_source,
         mismatches=[m for c in checks for m in c.mismatches][:MAX_MISMATCHES],
         cases=[case for c in checks for case in c.cases],
+        failed={c.cases[0]: c.mismatches[0] for c in checks if not c.ok and c.cases and c.mismatches},
     )

@@ -44,10 +44,19 @@ def _refuse_overwrite(paths: list[Path], force: bool) -> None:
         raise UsageError(f"will not overwrite {', '.join(existing)} (use --force)")
 
 
-def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, force: bool = False) -> list[Path]:
-    """Write the family's sources, rendered with these parameters, the headers they include and its spec."""
+def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, force: bool = False,
+          starter: bool = False, exercise: dict | None = None) -> list[Path]:
+    """Write the family's sources, rendered with these parameters, the headers they include and its spec.
+
+    starter: each `// kplay:todo` region becomes its TODO (playground/exercise.py); exercise: the started
+    folder's [exercise] table (family, variant, hints) in place of `exercise = true`.
+    """
     files = {name: text for v in variants for name, text in render.sources(fam, v, params).items()}
     files.update({name: render.header(fam, v, name) for v in variants for name in v.includes})  # builds on its own
+    if starter:
+        from .exercise import starter_files
+
+        files = starter_files(files, fam.path)[0]
     used = ", ".join(f"{k}={v}" for k, v in params.items())
     task = {
         "name": fam.name,
@@ -57,6 +66,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         "bench": fam.bench,
         **({"default_variant": fam.default_variant} if fam.default_variant else {}),
         **fam.extra,
+        **({"exercise": exercise, "default_variant": exercise["variant"]} if exercise else {}),
         **({"values": fam.values} if fam.values else {}),
         "sizes": {k: {"default": v, "help": fam.size_help[k]} if fam.size_help.get(k) else v for k, v in fam.sizes.items()},
         "test_sizes": list(fam.test_sizes),

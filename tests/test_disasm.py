@@ -40,19 +40,19 @@ def has_nvdisasm() -> bool:
 @pytest.mark.skipif(not has_nvdisasm(), reason="needs nvdisasm (pip install nvidia-cuda-nvdisasm)")
 def test_sass_of_fast_shows_its_16_byte_loads_under_their_source_line(kplay):
     """The GPU box's acceptance: `kplay show sum --variant fast --sass` has LDG.E.128 under the body[i] loads."""
-    r = show_json(kplay, "sum", "--variant", "fast", "--sass")
+    r = show_json(kplay, "sum", "--variant", "fast", "--sass", "--solution")
     loads = [g for g in groups(r) if any(c.startswith("LDG.E.128") for c in g["code"])]  # sm_90: LDG.E.128.CONSTANT
     assert loads and all(g["file"] == str(SUM / "sum_fast.cu") for g in loads)
     assert line_of(SUM / "sum_fast.cu", "const V a = body[i]") in {g["line"] for g in loads}
     assert {f["name"].split("(")[0] for f in r["functions"]} == {"void sum_fast_kernel<float>", "void sum_fast_kernel<double>"}
-    table = kplay("show", "sum", "--variant", "fast", "--sass", "--kernel", "<float>")
+    table = kplay("show", "sum", "--variant", "fast", "--sass", "--kernel", "<float>", "--solution")
     assert table.exit_code == 0 and "LDG.E.128" in table.stdout and "body[i]" in table.stdout
     assert "sum_fast_kernel<double>" not in table.stdout
 
 
 @pytest.mark.nvcc
 def test_ptx_of_fast_shows_vector_loads_and_follows_the_threads_param(kplay):
-    r = show_json(kplay, "sum", "--variant", "fast", "--ptx", "--param", "threads=512", "--kernel", "<float>")
+    r = show_json(kplay, "sum", "--variant", "fast", "--ptx", "--param", "threads=512", "--kernel", "<float>", "--solution")
     assert len(r["functions"]) == 1
     loads = [g for g in groups(r, SUM / "sum_fast.cu") if any(c.startswith("ld.global") and ".v4." in c for c in g["code"])]
     assert line_of(SUM / "sum_fast.cu", "const V a = body[i]") in {g["line"] for g in loads}
@@ -98,7 +98,7 @@ def test_nvdisasm_is_found_in_the_pip_wheel(tmp_path, monkeypatch):
 
 @pytest.mark.nvcc
 def test_kernel_naming_no_kernel_lists_the_kernels(kplay):
-    result = kplay("show", "sum", "--variant", "fast", "--ptx", "--kernel", "nope")
+    result = kplay("show", "sum", "--variant", "fast", "--ptx", "--kernel", "nope", "--solution")
     assert result.exit_code == 2
     assert "--kernel nope" in result.stderr and "sum_fast_kernel<float>, sum_fast_kernel<double>" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

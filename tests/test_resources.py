@@ -249,7 +249,7 @@ def test_an_ejected_rung_with_its_kernel_renamed_reports_the_new_name(kplay, tmp
     from playground.build import build
 
     folder = tmp_path / "mine"
-    assert kplay("eject", "sum", folder, "--variant", "tree", "--param", "threads=512").exit_code == 0
+    assert kplay("eject", "sum", folder, "--variant", "tree", "--param", "threads=512", "--solution").exit_code == 0
     source = folder / "sum_tree.cu"
     source.write_text(source.read_text().replace("sum_tree_kernel", "my_sum"))
     fam = registry.find(str(folder))

@@ -330,7 +330,7 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
 
 @pytest.mark.cuda
 def test_an_ejected_cuda_rung_passes_from_its_folder(kplay, tmp_path):
-    assert kplay("eject", "sum", tmp_path / "tree", "--variant", "tree").exit_code == 0
+    assert kplay("eject", "sum", tmp_path / "tree", "--variant", "tree", "--solution").exit_code == 0  # tree is an exercise
     result = kplay("run", tmp_path / "tree", "--device", "cuda", "--variant", "tree", "--n", "1e6", "--no-bench")
     assert result.exit_code == 0, result.output
 

@@ -13,7 +13,10 @@ static_assert(kThreads >= 64 && kThreads <= 1024 && kThreads % 32 == 0,
 
 template <typename T>
 __device__ T warp_sum(T v) {
+  // kplay:todo Add up the warp's 32 values: v += __shfl_down_sync(0xffffffffu, v, offset) for offset 16, 8, 4, 2, 1.
+  // kplay:why A shuffle reads another lane's register directly: no shared memory and no __syncthreads() inside a warp.
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  // kplay:end
   return v;  // lane 0 holds the warp's sum
 }
 
@@ -22,9 +25,12 @@ __device__ T block_sum(T v) {
   __shared__ T warp_sums[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   v = warp_sum(v);
+  // kplay:todo Lane 0 of each warp stores its sum in warp_sums[warp]; after __syncthreads(), warp 0 adds those with warp_sum.
+  // kplay:why Warps cannot read each other's registers: shared memory carries one value per warp, and the barrier waits for all of them.
   if (lane == 0) warp_sums[warp] = v;
   __syncthreads();
   if (warp == 0) v = warp_sum(lane < kWarps ? warp_sums[lane] : T(0));
+  // kplay:end
   return v;  // thread 0 holds the block's sum
 }
 
@@ -34,7 +40,10 @@ __global__ void sum_shuffle_kernel(const T* __restrict__ in, int64_t n, T* __res
   T v = i < n ? in[i] : T(0);
   if (i + kThreads < n) v += in[i + kThreads];  // first add during load, as in step 2
   v = block_sum(v);
+  // kplay:todo Thread 0 writes the block's sum to partial[blockIdx.x].
+  // kplay:why Only thread 0 holds the whole block's sum; the launcher adds the partials in the next pass.
   if (threadIdx.x == 0) partial[blockIdx.x] = v;
+  // kplay:end
 }
 
 // The multi-pass launcher is ladder.cuh's: blocks of kPerBlock elements, passes until one value is left.

@@ -1,0 +1,187 @@
+"""Exercises made from solutions: the markers, start → check fails → hint → fix → check passes, show/eject."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import ROOT
+from playground import exercise, registry
+from playground.errors import UsageError
+
+TAIL = "  for (; i < end; ++i) total += x[i];  // the tail: the seed's kernel never summed it\n"
+MARKED_TAIL = ("  // kplay:todo Add the tail: the elements after the last whole row of lanes, one by one.\n"
+               "  // kplay:why n is rarely a multiple of kLanes: without the tail, n = 1, 31 or 1025 sum wrong.\n"
+               + TAIL + "  // kplay:end\n")
+
+
+def _family(tmp_path, old: str, new: str):
+    """A copy of sum whose sum.cpp has `old` replaced by `new`, its main size small (a quick check)."""
+    folder = tmp_path / "mysum"
+    shutil.copytree(ROOT / "snippets" / "sum", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    cpp = folder / "sum.cpp"
+    assert cpp.read_text().count(old) == 1
+    cpp.write_text(cpp.read_text().replace(old, new))
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("default = 10_000_000", "default = 100_000"))
+    return folder
+
+
+def test_strip_numbers_todos_keeps_stubs_and_reads_why():
+    text = ("int f() {\n  // kplay:todo Return the answer.\n  // kplay:why It is 42.\n  return 42;\n"
+            "  // kplay:stub\n  // return 0;\n  // kplay:end\n}\n"
+            "// kplay:todo Second.\nint g = 1;\n// kplay:end\n")
+    starter, hints = exercise.strip(text, "x.cpp", first=3)
+    assert starter == "int f() {\n  // TODO 3: Return the answer.\n  return 0;\n}\n// TODO 4: Second.\n"
+    assert [(h.number, h.line, h.what, h.why) for h in hints] == [(3, 2, "Return the answer.", "It is 42."),
+                                                                 (4, 9, "Second.", "")]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a;\n// kplay:todo Do it.\nb;\n", "x.cu:2: // kplay:todo without its // kplay:end"),
+    ("// kplay:end\n", "x.cu:1: // kplay:end outside a // kplay:todo region"),
+    ("// kplay:todo A.\n// kplay:todo B.\n// kplay:end\n", "x.cu:2: // kplay:todo inside the region opened at line 1"),
+    ("// kplay:todo\n// kplay:end\n", "x.cu:1: // kplay:todo needs its hint"),
+    ("// kplay:tood A.\n", "x.cu:1: unknown marker // kplay:tood"),
+])
+def test_a_broken_marking_names_file_and_line(text, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        exercise.strip(text, "x.cu")
+
+
+def test_cli_refuses_a_region_without_its_end_in_one_line(kplay, tmp_path):
+    folder = _family(tmp_path, TAIL, MARKED_TAIL.replace("  // kplay:end\n", ""))
+    result = kplay("start", f"{folder}/cpp", tmp_path / "student")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert f"{folder / 'sum.cpp'}:" in result.output and "without its // kplay:end" in result.output
+    assert not (tmp_path / "student").exists()
+
+
+def test_a_marking_that_breaks_the_build_is_one_line_exit_2_and_writes_nothing(kplay, tmp_path):
+    # The region takes sum_all's declaration line away: the starter cannot compile.
+    old = "double sum_all(const T* x, int64_t n) {\n"
+    folder = _family(tmp_path, old, f"// kplay:todo Declare sum_all.\n{old}// kplay:end\n")
+    result = kplay("start", f"{folder}/cpp", tmp_path / "student")
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "the starter of mysum/cpp does not compile" in result.output and "starter's line sum.cpp:" in result.output
+    assert not (tmp_path / "student").exists()
+
+
+def test_start_check_hint_fix_check(kplay, tmp_path):
+    """The student's loop on a CPU exercise: the starter fails, a hint, the fix, then all cases pass with a speedup."""
+    folder = _family(tmp_path, TAIL, MARKED_TAIL)
+    student = tmp_path / "student"
+    result = kplay("start", f"{folder}/cpp", student)
+    assert result.exit_code == 0, result.output
+    source = (student / "sum.cpp").read_text()
+    assert "  // TODO 1: Add the tail: the elements after the last whole row of lanes, one by one.\n" in source
+    assert "kplay:" not in source and TAIL not in source
+
+    result = kplay("check", student, "--device", "cpu", "--json", "--name", "ada")
+    rec = json.loads(result.stdout)
+    assert result.exit_code == 1 and rec["exit_code"] == 1, result.output
+    assert (rec["student"], rec["family"], rec["variant"]) == ("ada", "mysum", "cpp")
+    # n = 100000 is whole rows of lanes in every chunk; 65537 loses one element of 65537, inside its tolerance:
+    # the six smaller test sizes fail.
+    assert rec["failures"] == {"wrong value": 6} and rec["checked"] == 10 and rec["passed"] == 4, rec
+    assert rec["speedup"] is None and rec["run"]["variants"][0]["check"]["ok"] is False
+    shown = kplay("check", student, "--device", "cpu")
+    assert shown.exit_code == 1 and "4/10 cases passed (6 wrong value)" in shown.output, shown.output
+
+    hint = kplay("hint", student)
+    assert hint.exit_code == 0 and "hint 1/1 · TODO 1 in sum.cpp" in hint.output
+    assert "n is rarely a multiple of kLanes" in hint.output
+    assert json.loads((student / exercise.HINTS_FILE).read_text()) == {"shown": 1}
+    assert "no more hints: all 1 shown" in kplay("hint", student).output
+
+    (student / "sum.cpp").write_text(source.replace(source.splitlines(keepends=True)[
+        next(k for k, line in enumerate(source.splitlines()) if "TODO 1" in line)], TAIL))
+    result = kplay("check", student, "--device", "cpu", "--json")
+    rec = json.loads(result.stdout)
+    assert result.exit_code == 0 and rec["passed"] == rec["checked"] == 10 and rec["failures"] == {}, rec
+    assert rec["speedup"] > 0 and rec["baseline"] == "torch.sum" and rec["student"] == exercise.student(student)
+    assert exercise.score(rec) == f"all 10 cases passed · {rec['speedup']:.2f}× torch.sum"
+
+
+def test_start_never_overwrites_a_students_folder(kplay, tmp_path):
+    (tmp_path / "student").mkdir()
+    (tmp_path / "student" / "mine.cu").write_text("// my work\n")
+    result = kplay("start", "sum/shuffle", tmp_path / "student")
+    assert result.exit_code == 2 and "not empty" in result.output and "--force" in result.output
+    assert (tmp_path / "student" / "mine.cu").read_text() == "// my work\n"
+
+
+def test_check_and_hint_need_an_exercise_folder(kplay, tmp_path):
+    assert kplay("eject", "sum", tmp_path / "plain", "--variant", "cpp").exit_code == 0
+    for command in ("check", "hint"):
+        result = kplay(command, tmp_path / "plain")
+        assert result.exit_code == 2 and "is not an exercise folder" in result.output, result.output
+
+
+def test_show_and_eject_give_the_starter_unless_solution(kplay, tmp_path):
+    starter = kplay("show", "sum", "--device", "cuda", "--variant", "shuffle")
+    assert starter.exit_code == 0 and "TODO 1: Add up the warp's 32 values" in starter.output
+    assert "kplay:" not in starter.output and "offset >>= 1" not in starter.output  # the hint's text, not the loop
+    solution = kplay("show", "sum", "--device", "cuda", "--variant", "shuffle", "--solution")
+    assert "offset >>= 1" in solution.output and "TODO 1" not in solution.output
+    assert kplay("eject", "sum", tmp_path / "s", "--variant", "shuffle").exit_code == 0
+    assert "TODO 3: Thread 0 writes" in (tmp_path / "s" / "sum_shuffle.cu").read_text()
+    assert kplay("eject", "sum", tmp_path / "full", "--variant", "shuffle", "--solution").exit_code == 0
+    full = (tmp_path / "full" / "sum_shuffle.cu").read_text()  # the marked solution, rendered
+    assert full == (ROOT / "snippets" / "sum" / "sum_shuffle.cu").read_text().replace("{{threads}}", "256")
+
+
+RUNGS = ["tree", "first-add", "shuffle", "fast"]
+BUILT_IN = [f"sum/{r}" for r in RUNGS] + ["linear/cuda-tiled", "print_array/cpp"]
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_exercise_has_hints_that_say_what_and_why(name):
+    family, variant = name.split("/")
+    fam = registry.find(family)
+    assert exercise.is_exercise(fam)
+    v = fam.variant(variant)
+    files = {n: (fam.path / n).read_text() for n in v.sources}
+    hints = exercise.starter_files(files, fam.path)[1]
+    assert hints and all(h.what and h.why for h in hints), hints
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_starter_compiles(kplay, tmp_path, name):
+    """`start` builds the starter before writing it (nvcc compiles and links here, no GPU needed)."""
+    result = kplay("start", name, tmp_path / "me")
+    assert result.exit_code == 0, result.output
+    assert "TODO 1:" in "".join(p.read_text() for p in (tmp_path / "me").glob("*.c[up]*"))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_built_in_starter_fails_the_check_on_the_gpu(kplay, tmp_path, name):
+    assert kplay("start", name, tmp_path / "me").exit_code == 0
+    result = kplay("check", tmp_path / "me", "--device", "cuda", "--json")
+    rec = json.loads(result.stdout)
+    assert result.exit_code == 1 and rec["passed"] < rec["checked"] and rec["speedup"] is None, rec
+
+
+def test_print_arrays_starter_keeps_its_stub_and_fails_the_check_here(kplay, tmp_path):
+    """A CPU exercise with a // kplay:stub: the starter prints nothing, so every case fails; the solution passes."""
+    assert kplay("start", "print_array/cpp", tmp_path / "me").exit_code == 0, kplay
+    source = (tmp_path / "me" / "print_array.cpp").read_text()
+    assert "    case ScalarType::Int: case ScalarType::Long: case ScalarType::Float: case ScalarType::Double: break;" in source
+    assert "print_values<int32_t>(c" not in source.split("TODO 1")[1].split("\n", 1)[1] and "TODO 1: One case per dtype" in source
+    result = kplay("check", tmp_path / "me", "--device", "cpu", "--json")
+    rec = json.loads(result.stdout)
+    assert result.exit_code == 1 and rec["passed"] == 0 and rec["checked"] > 0, rec
+
+
+@pytest.mark.nvcc
+def test_show_ptx_of_a_marked_rung_is_the_starters_code_unless_solution(kplay):
+    def sources(*extra):
+        result = kplay("show", "sum", "--variant", "shuffle", "--ptx", "--kernel", "<float>", "--json", *extra)
+        assert result.exit_code == 0, result.output
+        (record,) = json.loads(result.stdout)
+        return " ".join(g["source"] for f in record["functions"] for g in f["groups"])
+
+    assert "__shfl_down_sync" not in sources()  # the starter has no shuffle to compile
+    assert "__shfl_down_sync" in sources("--solution")
