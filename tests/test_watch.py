@@ -96,6 +96,16 @@ def test_watch_bad_folder_is_one_line_and_exit_2(kplay, tmp_path, make, message)
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
 
 
+def settle(lines, quiet=5.0, most=90.0):
+    """Wait until the child has printed nothing for `quiet` seconds, and its last line says it is watching."""
+    start, last, said = time.monotonic(), time.monotonic(), "watching"  # the caller has just seen it
+    while time.monotonic() - start < most and (time.monotonic() - last < quiet or "watching" not in said):
+        try:
+            said, last = lines.get(timeout=0.5), time.monotonic()
+        except queue.Empty:
+            pass
+
+
 def test_watch_reruns_on_a_save_and_ctrl_c_exits_0(ejected, tmp_path):
     """The real command: watchfiles sees the touch, a second run follows; SIGINT ends it with exit 0."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "NO_COLOR": "1"}
@@ -121,6 +131,7 @@ def test_watch_reruns_on_a_save_and_ctrl_c_exits_0(ejected, tmp_path):
         # the watcher starts just after the first run: touch until it has seen one (later touches are batched)
         assert wait_for("run 2 · saved sum.cpp", poke=(ejected / "sum.cpp").touch)
         assert wait_for("watching for the next save")
+        settle(lines)  # touches the watcher batched during run 2 start a run 3: Ctrl-C once it is idle again
         child.send_signal(signal.SIGINT)
         assert child.wait(timeout=20) == 0
         assert "Traceback" not in (tmp_path / "stderr").read_text()
