@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
+#     steps: tests (or tests-kernels + tests-tools, each under 10 minutes) ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -20,6 +20,11 @@ pip install -q --no-deps .whl/*.whl > $R/pip.txt 2>&1  # carried wheels: nvidia-
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
         tests) step pytest-cuda 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests ;;
+        tests-kernels) step pytest-cuda-kernels 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider \
+                           tests/test_sum_cuda.py tests/test_lltm.py tests/test_linear.py tests/test_print_array_cuda.py ;;
+        tests-tools) step pytest-cuda-tools 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests \
+                         --deselect tests/test_sum_cuda.py --deselect tests/test_lltm.py --deselect tests/test_linear.py \
+                         --deselect tests/test_print_array_cuda.py ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;

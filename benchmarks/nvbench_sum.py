@@ -21,7 +21,7 @@ SIZES = [10**k for k in range(3, 10)]
 RUNGS = ["tree", "first-add", "shuffle", "fast"]
 
 
-def under_nvbench(calls: dict) -> dict:
+def under_nvbench(calls: dict, keep: Path) -> dict:
     """{(name, n): median GPU seconds} from nvbench's cold measurement (L2 flushed, a blocking kernel first)."""
     import cuda.bench as bench
 
@@ -43,14 +43,18 @@ def under_nvbench(calls: dict) -> dict:
     b.add_int64_axis("n", SIZES)
     b.add_string_axis("contender", list(calls))
     b.set_timeout(3.0)
-    out = Path(tempfile.mkdtemp()) / "nvbench.json"
-    bench.run_all_benchmarks([sys.argv[0], "--json", str(out), "--quiet"])
+    try:
+        bench.run_all_benchmarks([sys.argv[0], "--json", str(keep)])
+    except SystemExit:
+        pass
     found = {}
-    for state in json.loads(out.read_text())["benchmarks"][0]["states"]:
+    for state in json.loads(keep.read_text())["benchmarks"][0]["states"]:
         axes = {a["name"]: a["value"] for a in state["axis_values"]}
         summaries = {s["tag"]: s for s in state.get("summaries", [])}
         summary = summaries.get("nv/cold/time/gpu/median") or summaries.get("nv/cold/time/gpu/mean")
-        if summary:
+        if not summary:
+            print("no cold GPU time for", axes, "tags:", sorted(summaries), file=sys.stderr)
+        else:
             found[(axes["contender"], int(axes["n"]))] = float(next(d["value"] for d in summary["data"] if "value" in d))
     return found
 
@@ -70,7 +74,10 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     calls = {"torch.sum": torch.sum} | {v: playground.load("sum", v, device="cuda").sum for v in RUNGS}
-    mine, theirs = under_kplay(), under_nvbench(calls)
+    keep = Path(args.out).with_suffix(".json") if args.out else Path(tempfile.mkdtemp()) / "nvbench.json"
+    mine = under_kplay()
+    print({f"{name} {n:.0e}": f"{t * 1e6:.2f} us" for (name, n), t in mine.items()}, flush=True)
+    theirs = under_nvbench(calls, keep)
     lines = ["# sum: kplay's timer against nvbench (cold, median GPU time), same run", "",
              f"{torch.cuda.get_device_name()}, torch {torch.__version__}", "",
              "| contender | n | kplay µs | nvbench µs | kplay ÷ nvbench | target |", "|---|---|---|---|---|---|"]
