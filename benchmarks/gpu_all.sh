@@ -15,7 +15,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.
     echo "$name: exit $? after $((SECONDS - start)) s" | tee -a $R/summary.txt
     tar czf $OUT/results.tgz -C $R .  # after every step: a call cut short still returns what ran
 }
-pip install -q --no-deps .whl/*.whl > $R/pip.txt 2>&1  # carried wheels: nvidia-ml-py (NVML clocks)
+python3 -m pip install -q --no-deps .whl/*.whl > $R/pip.txt 2>&1  # carried wheels: nvidia-ml-py, cuda-bench (nvbench)
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
@@ -41,7 +41,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                  step sanitize-fast 90 bash -c "time python3 cli.py run sum --variant fast --sanitize memcheck"
                  step sass-fast 60 python3 cli.py show sum --variant fast --sass
                  step ptx-fast 60 python3 cli.py show sum --variant fast --ptx ;;
-        nvbench) step nvbench 400 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
+        nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
         *) echo "unknown step $s" ;;
     esac
 done

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 import playground  # noqa: E402
 
 SIZES = [10**k for k in range(3, 10)]
@@ -60,12 +62,14 @@ def under_nvbench(calls: dict, keep: Path) -> dict:
 
 
 def under_kplay() -> dict:
-    """{(name, n): median seconds} from `kplay run sum --device cuda --variant all` at each size."""
+    """{(name, n): median seconds} from `kplay run sum --device cuda --variant all --json` at each size: the
+    command a student runs, one fresh process per size (the run's closing profiler call stays out of the next)."""
     found = {}
     for n in SIZES:
-        r = playground.run("sum", sizes={"n": n}, device="cuda", variant="all")
-        found |= {(v.variant, n): v.time.median_s for v in r.variants}
-        found[("torch.sum", n)] = r.baselines["torch.sum"].time.median_s
+        cmd = [sys.executable, str(ROOT / "cli.py"), "run", "sum", "--device", "cuda", "--variant", "all", "--n", str(n), "--json"]
+        rec = json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)
+        found |= {(v["variant"], n): v["time"]["median_s"] for v in rec["variants"]}
+        found[("torch.sum", n)] = rec["baselines"]["torch.sum"]["time"]["median_s"]
     return found
 
 
