@@ -234,7 +234,7 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
         if key in deviations:
             deviations[key].append((k, _deviation(out, expected[k][0])))
 
-    stats, walls = _bench(spec, req, fns, device, nbytes, observe)
+    stats, walls = _bench(spec, req, fns, device, observe)
     result.traffic, result.flops = nbytes or None, flops or None
     result.copy_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
     result.inputs_timed = len(pool)
@@ -278,14 +278,14 @@ def _speedups(v, baselines: dict) -> None:
     v.speedup = first.time.median_s / v.time.median_s if first else None
 
 
-def _bench(spec, req, fns: dict, device: str, nbytes: int, observe) -> tuple[dict, dict]:
+def _bench(spec, req, fns: dict, device: str, observe) -> tuple[dict, dict]:
     """Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
     own (as in a model that runs the op step after step), from an idle GPU (the events then include
     the host's path to the first kernel), and also on a synchronized wall clock."""
     from .timing import bench
 
     try:
-        stats = bench(fns, device, budget_s=req.budget_s, working_set=nbytes, warm=spec.wall_clock, observe=observe)
+        stats = bench(fns, device, budget_s=req.budget_s, warm=spec.wall_clock, observe=observe)
         walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
     except Exception as e:  # a kernel that passed the check and fails when timed
         raise KernelCrash(f"{req.family} failed while timing: {_first_line(e)}") from None

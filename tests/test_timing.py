@@ -118,3 +118,21 @@ def test_every_correct_cuda_variant_passes_the_timing_guards(kplay, family, args
     record = json.loads(result.stdout)
     assert result.exit_code == 0, [v["check"]["mismatches"] for v in record["variants"]]
     assert record["inputs_timed"] >= 2
+
+
+@pytest.mark.cuda
+def test_a_large_input_is_timed_without_the_launch_in_the_events():
+    """kplay's median of one torch.sum at n=1e8 against the per-call time of 50 back-to-back calls (the
+    queue hides every launch there). An idle GPU at the start event would add the launch: +6 µs, 5%."""
+    x = torch.randn(10**8, device="cuda")
+    ours = bench({"sum": lambda: torch.sum(x)}, "cuda", budget_s=0.3)["sum"].median_s
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):
+        torch.sum(x)
+    begin.record()
+    for _ in range(50):
+        torch.sum(x)
+    end.record()
+    end.synchronize()
+    queued = begin.elapsed_time(end) / 1e3 / 50
+    assert ours < 1.03 * queued, (ours, queued)
