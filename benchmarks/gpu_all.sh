@@ -39,8 +39,8 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                  step profile-fast 90 bash -c "time python3 cli.py profile sum --variant fast --n 1e8"
                  step profile-fast-json 90 python3 cli.py profile sum --variant fast --n 1e8 --json
                  step sanitize-fast 90 bash -c "time python3 cli.py run sum --variant fast --sanitize memcheck"
-                 step sass-fast 60 python3 cli.py show sum --variant fast --sass
-                 step ptx-fast 60 python3 cli.py show sum --variant fast --ptx ;;
+                 step sass-fast 60 python3 cli.py show sum --variant fast --sass --solution
+                 step ptx-fast 60 python3 cli.py show sum --variant fast --ptx --solution ;;
         nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
         *) echo "unknown step $s" ;;
     esac

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import tempfile
 from pathlib import Path
 
-from . import events
+from . import events, resources
 from .errors import UsageError
 
 GPU_WORK = {"kernel": "kernel", "gpu_memset": "memset", "gpu_memcpy": "memcpy"}
@@ -104,13 +103,7 @@ def _one_call(step, nvtx: bool) -> list[dict]:
         torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
         return []
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        run(*args)
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as tmp:  # the chrome trace has the launch records on every torch
-        trace = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        return gpu_work(json.loads(trace.read_text()))
+    return gpu_work(resources.trace(lambda: run(*args)))
 
 
 # ---- parsers (tested against the GPU box's real output in tests/data) --------------------------------------

@@ -270,19 +270,27 @@ def launches(trace_events: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "longest_s"} for r in out.values()]
 
 
-def profile(call) -> list[dict]:
-    """The kernels one call launches, from one torch.profiler pass (CUPTI activity records: no privileges)."""
+def trace(call) -> dict:
+    """The chrome trace of one torch.profiler pass over call() (CUPTI activity records: no privileges; the
+    trace has the launch records on every torch). CUPTI is finalized after it (TEARDOWN_CUPTI), or every
+    later launch in this process would pay its overhead (pytorch/pytorch#144455)."""
     import torch
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
+    os.environ.setdefault("TEARDOWN_CUPTI", "1")
     with tempfile.TemporaryDirectory() as tmp:
         with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
             call()
             torch.cuda.synchronize()
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        return launches(json.loads(path.read_text()).get("traceEvents", []))
+        return json.loads(path.read_text())
+
+
+def profile(call) -> list[dict]:
+    """The kernels one call launches, from one profiled pass."""
+    return launches(trace(call).get("traceEvents", []))
 
 
 def launched(built: list[dict], records: list[dict], gpu: Device) -> list[dict]:

@@ -136,3 +136,16 @@ def test_a_large_input_is_timed_without_the_launch_in_the_events():
     end.synchronize()
     queued = begin.elapsed_time(end) / 1e3 / 50
     assert ours < 1.03 * queued, (ours, queued)
+
+
+@pytest.mark.cuda
+def test_the_kernels_line_leaves_no_profiler_overhead_behind():
+    """The run's closing profiler pass (resources.profile) must not slow the launches after it in the same
+    process (a Python-API loop, a notebook): CUPTI is torn down once the pass ends."""
+    from playground import resources
+
+    x = torch.randn(10**4, device="cuda")
+    before = bench({"sum": lambda: torch.sum(x)}, "cuda", budget_s=0.2)["sum"].median_s
+    resources.profile(lambda: torch.sum(x))
+    after = bench({"sum": lambda: torch.sum(x)}, "cuda", budget_s=0.2)["sum"].median_s
+    assert after < 1.2 * before + 0.5e-6, (before, after)
