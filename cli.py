@@ -478,7 +478,7 @@ def _sweep_progress(total: int, key: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.fields[point]}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal) as progress:
+                  TimeElapsedColumn(), console=err, transient=True, disable=not err.is_interactive) as progress:
         task = progress.add_task("starting", total=total, point="")
 
         def on_point(k, request):
@@ -494,7 +494,7 @@ def _progress():
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err, transient=True, disable=not err.is_terminal) as progress:
+                  console=err, transient=True, disable=not err.is_interactive) as progress:  # TTY_INTERACTIVE=0: none
         task = progress.add_task("starting (importing torch)", total=None)
         yield _events(progress, task)
 

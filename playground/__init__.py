@@ -22,5 +22,12 @@ def load(name: str, variant: str | None = None, device: str = "cpu", params: dic
     return build(fam, fam.pick_variants(device, variant)[0], req.params)[0]
 
 
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext playground`: the %kplay and %%kplay magics (playground/magic.py; IPython only then)."""
+    from .magic import load_ipython_extension as load
+
+    load(ipython)
+
+
 __all__ = ["run", "load", "make", "Request", "families", "find", "RunResult",
            "KplayError", "UsageError", "BuildError", "KernelCrash"]

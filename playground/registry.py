@@ -216,9 +216,14 @@ def shadowing(fam: Family) -> str:
     return f"{fam.name} from {fam.path} has the name of a built-in family; this run uses {fam.path}"
 
 
+def is_path(name: str) -> bool:
+    """`./mysum`, `/tmp/x/sum`: a folder named on the command line, not a family looked up by name."""
+    return bool(re.search(r"[/\\]", name)) or name.startswith(".")
+
+
 def find(name: str, extra: list[str] | None = None) -> Family:
     """A family by name, or by the path of its folder (an ejected or hand-made snippet)."""
-    if re.search(r"[/\\]", name) or name.startswith("."):
+    if is_path(name):
         return load_family(Path(name).expanduser().resolve())
     for root in search_path(extra):  # a folder of that name: found without reading the others
         if (root / name / "task.toml").exists():

@@ -79,7 +79,8 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
         raise UsageError(f"--device {device}: valid: {', '.join(DEVICES)}")
     dtype = _dtype(fam, dtype)
     full, warnings = _sizes(fam, dict(sizes or {}), dtype)
-    warnings = [w for w in [registry.shadowing(fam)] if w] + warnings
+    shadowing = "" if registry.is_path(name) else registry.shadowing(fam)  # a folder named outright shadows nothing
+    warnings = [w for w in [shadowing] if w] + warnings
     pairs = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else list(params or [])
     if device != "auto":
         fam.pick_variants(device, variant)
