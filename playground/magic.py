@@ -84,7 +84,8 @@ def _cell_run(args: list[str], body: str) -> tuple[list[str], Path]:
     values = fam.parse_params(params)
     file = _target(fam, variant, files[-1] if files else None)
     folder = _eject(fam, variant, values)
-    (folder / file).write_text(render.render(body, values, where=f"the cell ({file})"))
+    text = render.render(body, values, where=f"the cell ({file})")
+    (folder / file).write_text("\n" + text)  # line 1 is the %%kplay line: the compiler's line numbers are the cell's
     return ["run", str(folder), "--variant", variant.name, *rest], folder
 
 

@@ -97,7 +97,7 @@ def test_a_failing_cell_shows_one_error_and_no_traceback(executed, case):
 @pytest.mark.slow
 def test_a_syntax_error_shows_the_compilers_line_in_the_cells_file(executed):
     shown = text(next(c for c in executed.cells if c.metadata.get("case") == "syntax").outputs[-1])
-    line = SUM.splitlines().index(next(x for x in SUM.splitlines() if TAIL in x)) + 1
+    line = SUM.splitlines().index(next(x for x in SUM.splitlines() if TAIL in x)) + 2  # the cell's line: %%kplay is 1
     assert f"sum.cpp:{line}:" in shown and "expected ';'" in shown.replace("‘", "'").replace("’", "'")
     assert "kplay-notebook" not in shown  # the temp folder is left out: the cell is the file
 
@@ -123,10 +123,10 @@ def test_bad_cell_options_are_one_line_before_any_child(line, message):
 def test_a_cuda_variants_cell_is_its_cu_file_and_the_rest_are_ejected():
     args, folder = magic._cell_run(magic._split("run sum --variant shuffle -p threads=512 --n 1e6"), "// mine\n")
     assert args == ["run", str(folder), "--variant", "shuffle", "--n", "1e6"]
-    assert (folder / "sum_shuffle.cu").read_text() == "// mine\n" and "TODO" not in (folder / "sum_cuda.cpp").read_text()
+    assert (folder / "sum_shuffle.cu").read_text() == "\n// mine\n" and "TODO" not in (folder / "sum_cuda.cpp").read_text()
     assert (folder / "ladder.cuh").exists() and (folder / "task.toml").exists()
     args, folder = magic._cell_run(magic._split("run sum --variant shuffle --file=ladder.cuh"), "// header\n")
-    assert (folder / "ladder.cuh").read_text() == "// header\n" and "kplay:todo" in (folder / "sum_shuffle.cu").read_text()
+    assert (folder / "ladder.cuh").read_text() == "\n// header\n" and "kplay:todo" in (folder / "sum_shuffle.cu").read_text()
 
 
 def test_a_failed_check_shows_the_report_then_fails_the_cell(capsys):
