@@ -51,6 +51,8 @@ def kplay(line: str, cell: str | None = None) -> None:
         args = _split(line)
         if cell is not None:
             args, folder = _cell_run(args, cell)
+        elif args[:1] == ["load"]:
+            return _replace_cell(_load_cell(args[1:]))
         elif args[:1] == ["watch"]:
             raise UsageError("kplay watch never ends in a notebook: run a %%kplay cell again after each edit")
         code, out, err = _child(args)
@@ -68,25 +70,54 @@ def _split(line: str) -> list[str]:
 
 def _cell_run(args: list[str], body: str) -> tuple[list[str], Path]:
     """The cell's `run NAME ...`: the variant's files with the body in place of one; the CLI's arguments."""
-    from . import registry, render
+    from . import render
 
     if not args or args[0] != "run" or len(args) < 2 or args[1].startswith("-"):
         what = f"%%kplay {args[0]}: the cell magic runs a kernel; " if args and args[0] != "run" else ""
         raise UsageError(f"{what or 'a kernel name is missing; '}usage: {CELL_USAGE}")
-    name, rest = args[1], args[2:]
-    files, rest = _take(rest, "--file")
+    fam, variant, values, file, rest = _pick(args[1], args[2:])
+    folder = _eject(fam, variant, values)
+    text = render.render(body, values, where=f"the cell ({file})")
+    (folder / file).write_text("\n" + text)  # line 1 is the %%kplay line: the compiler's line numbers are the cell's
+    return ["run", str(folder), "--variant", variant.name, *rest], folder
+
+
+def _pick(name: str, args: list[str]):
+    """The family, the variant, its parameters and the file a cell holds; the options left for kplay run."""
+    from . import registry
+
+    files, rest = _take(args, "--file")
     params, rest = _take(rest, "--param", "-p")
     paths, rest = _take(rest, "--path")
     variants, rest = _take(rest, "--variant")
     devices, _ = _take(list(rest), "--device")
     fam = registry.find(name, paths)
     variant = _variant(fam, variants[-1] if variants else None, devices[-1] if devices else "auto")
-    values = fam.parse_params(params)
-    file = _target(fam, variant, files[-1] if files else None)
-    folder = _eject(fam, variant, values)
-    text = render.render(body, values, where=f"the cell ({file})")
-    (folder / file).write_text("\n" + text)  # line 1 is the %%kplay line: the compiler's line numbers are the cell's
-    return ["run", str(folder), "--variant", variant.name, *rest], folder
+    return fam, variant, fam.parse_params(params), _target(fam, variant, files[-1] if files else None), rest
+
+
+def _load_cell(args: list[str]) -> str:
+    """`%kplay load NAME [--starter] ...`: a %%kplay run cell holding the variant's file (an exercise's starter)."""
+    from . import render
+    from .exercise import starter_files
+
+    if not args or args[0].startswith("-"):
+        raise UsageError("a kernel name is missing; usage: %kplay load NAME [--variant V] [--file FILE] [--starter]")
+    starter = "--starter" in args
+    fam, variant, values, file, rest = _pick(args[0], [a for a in args[1:] if a != "--starter"])
+    files = {**render.sources(fam, variant, values), **{n: render.header(fam, variant, n) for n in variant.includes}}
+    text = (starter_files(files, fam.path)[0] if starter else files)[file]
+    params = [x for k, v in values.items() if fam.params[k].default != v for x in ("--param", f"{k}={v}")]
+    chosen = ["--file", file] if file != _target(fam, variant, None) else []
+    first = [args[0], "--variant", variant.name, *chosen, *params, *rest]
+    return f"%%kplay run {shlex.join(first)}\n{text.rstrip()}\n"
+
+
+def _replace_cell(text: str) -> None:
+    """The cell becomes `text`, as IPython's %load does."""
+    from IPython import get_ipython
+
+    get_ipython().set_next_input(text, replace=True)
 
 
 def _take(args: list[str], *names: str) -> tuple[list[str], list[str]]:

@@ -52,7 +52,7 @@ def executed(tmp_path_factory):
          "language": "python"}))
     nb = nbformat.read(ROOT / "examples" / "workshop.ipynb", as_version=4)
     new = nbformat.v4.new_code_cell
-    nb.cells += [new("x = 41"),
+    nb.cells += [new("x = 41"), new("%kplay load sum --variant cpp --device cpu"),
                  *(new(source, metadata={"tags": ["raises-exception"], "case": case}) for case, (source, _) in FAILING.items()),
                  new("print(x + 1)")]
     old = os.environ.get("JUPYTER_PATH")
@@ -105,6 +105,28 @@ def test_a_syntax_error_shows_the_compilers_line_in_the_cells_file(executed):
 @pytest.mark.slow
 def test_the_kernel_survives_a_segfault(executed):
     assert text(cell(executed, "print(x + 1)").outputs[0]) == "42\n"
+
+
+@pytest.mark.slow
+def test_load_replaces_its_cell_quietly(executed):
+    assert cell(executed, "%kplay load").outputs == []  # set_next_input: a payload for the front end, no output
+
+
+def test_a_loaded_cell_holds_the_variants_file_and_runs_it_as_it_was():
+    loaded = magic._load_cell(magic._split("sum --variant cpp --device cpu --n 1e6"))
+    first, body = loaded.split("\n", 1)
+    assert first == "%%kplay run sum --variant cpp --device cpu --n 1e6" and body == SUM
+    args, folder = magic._cell_run(magic._split(first.removeprefix("%%kplay ")), body)
+    assert (folder / "sum.cpp").read_text() == "\n" + SUM and args[-4:] == ["--device", "cpu", "--n", "1e6"]
+
+
+def test_load_gives_an_exercises_starter_and_names_a_chosen_file():
+    starter = magic._load_cell(magic._split("sum --variant shuffle --starter -p threads=512"))
+    assert starter.startswith("%%kplay run sum --variant shuffle --param threads=512\n") and "// TODO 1:" in starter
+    header = magic._load_cell(magic._split("sum --variant shuffle --file ladder.cuh"))
+    assert header.startswith("%%kplay run sum --variant shuffle --file ladder.cuh\n")
+    with pytest.raises(UsageError, match="a kernel name is missing"):
+        magic._load_cell([])
 
 
 @pytest.mark.parametrize("line, message", [
