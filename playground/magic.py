@@ -57,7 +57,7 @@ def kplay(line: str, cell: str | None = None) -> None:
             raise UsageError("kplay watch never ends in a notebook: run a %%kplay cell again after each edit")
         code, out, err = _child(args)
     except KplayError as e:
-        raise CellError([RED_ERROR + str(e)]) from None
+        raise CellError([RED_ERROR + str(e), *getattr(e, "details", [])]) from None
     _show(code, out, err, folder)
 
 
@@ -181,7 +181,8 @@ def _workdir() -> Path:
 
 def _child(args: list[str]) -> tuple[int, str, str]:
     """The kplay CLI in a child process: its exit code, stdout and stderr, coloured as on a terminal."""
-    env = {**os.environ, "COLUMNS": str(COLUMNS), "FORCE_COLOR": "1", "TTY_INTERACTIVE": "0"}  # colour, no spinner
+    env = {**os.environ, "COLUMNS": str(COLUMNS), "FORCE_COLOR": "1", "TERM": "xterm-256color",
+           "TTY_INTERACTIVE": "0"}  # colour, and no spinner
     code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from cli import app; app(prog_name='kplay')"
     child = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=env, text=True, errors="replace", start_new_session=True)

@@ -3,6 +3,8 @@
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -156,3 +158,18 @@ def test_a_failed_check_shows_the_report_then_fails_the_cell(capsys):
         magic._show(1, "variant  check\ncpp      FAIL\n", "", None)
     assert "cpp      FAIL" in capsys.readouterr().out
     assert failed.value._render_traceback_() == [magic.RED_ERROR + "the check failed"]
+
+
+def test_the_stop_button_ends_the_child(monkeypatch):
+    """KeyboardInterrupt (Jupyter's interrupt) while the child runs: it is ended and reaped, one line."""
+    started, real = [], subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(real(*a, **k)) or started[-1])
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.alarm(1)
+    try:
+        with pytest.raises(UsageError, match="^interrupted$"):
+            magic._child(["run", "sum", "--device", "cpu", "--variant", "cpp", "--n", "1e8"])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert started[0].returncode is not None  # ended and waited for: no zombie, no orphan
