@@ -163,9 +163,14 @@ def test_a_failed_check_shows_the_report_then_fails_the_cell(capsys):
 def test_the_stop_button_ends_the_child(monkeypatch):
     """KeyboardInterrupt (Jupyter's interrupt) while the child runs: it is ended and reaped, one line."""
     started, real = [], subprocess.Popen
-    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(real(*a, **k)) or started[-1])
+
+    def popen(*args, **kwargs):  # the interrupt comes a second after the child has started
+        started.append(real(*args, **kwargs))
+        signal.alarm(1)
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    signal.alarm(1)
     try:
         with pytest.raises(UsageError, match="^interrupted$"):
             magic._child(["run", "sum", "--device", "cpu", "--variant", "cpp", "--n", "1e8"])
