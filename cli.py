@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 from contextlib import contextmanager
 from enum import Enum
@@ -288,13 +287,7 @@ def watch(ctx: typer.Context, folder: Annotated[str, typer.Argument(help="A kern
             return isolate.run(req, on_event)
 
     make()  # a bad option is one line and exit 2 now, not an error on every save
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, even where SIGINT came ignored
-    try:
-        with isolate.warm():  # each save's run forks from a worker that has imported torch
-            for outcome in watcher.loop(attempt, watcher.changes(root)):
-                out.print(watcher.render(outcome))
-    except KeyboardInterrupt:  # the child and its build are killed on the way out (isolate.run's finally)
-        pass
+    watcher.serve(attempt, root, out.print)
     err.print("stopped watching")
 
 
