@@ -210,7 +210,9 @@ def _cases(spec, fam, req, main, dtype, device):
         yield label(req.sizes) + " probed", lambda: spec.probe(main, dtype, torch.Generator().manual_seed(req.seed + 1))
 
 
-POOL_BYTES = 256 << 20  # the timed inputs together exceed this (and so any L2) where memory allows
+# The timed inputs together exceed this where memory allows: on a GPU any L2 (the H200's is 50 MB); on a CPU
+# its L2 many times over and a laptop's last-level cache (8-36 MB).
+POOL_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 POOL_MAX = 8  # but there are never more than this many (each costs a make_inputs and a reference)
 
 
@@ -302,7 +304,7 @@ def _pool(spec, req, main, dtype, device, nbytes, contenders: int) -> list:
     """The inputs the timed calls take turns on: `main` and more seeded ones, so that no two consecutive calls
     see the same pointer or the same data (a result cached by pointer or by content does not pay). Their
     count does not divide the contenders' (see timing._turns), and takes a quarter of the free memory at most."""
-    want = max(3, min(POOL_MAX, -(-POOL_BYTES // max(nbytes, 1))))
+    want = max(3, min(POOL_MAX, -(-POOL_BYTES[device] // max(nbytes, 1))))
     want = next(k for k in range(want, want + contenders + 1) if contenders % k)
     count = max(1, min(want, _free_bytes(device) // 4 // max(nbytes, 1)))
     return [main, *(_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k) for k in range(1, count))]
