@@ -655,10 +655,13 @@ def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay 
         out.print(f"  why: {escape(found['why'])}", highlight=False)
 
 
+Results = Annotated[Optional[list[Path]], typer.Argument(metavar="RESULTS", show_default=False,
+                                                         help="kplay check --json files, one per student.")]
+
+
 @app.command()
 @friendly
-def board(results: Annotated[Optional[list[Path]], typer.Argument(help="kplay check --json files, one per student.",
-                                                                  show_default=False)] = None,
+def board(results: Results = None,
           out_dir: Annotated[Path, typer.Option("--out", help="Where board.csv and board.html go.")] = Path(".")):
     """The class board: who passed what, ranked by cases passed then speedup; also board.csv and board.html.
 

@@ -87,8 +87,8 @@ def read(path: Path) -> Entry:
         raise UsageError(f"{path}: no such file{glob}")
     if path.is_dir():
         raise UsageError(f"{path} is a folder: give the files in it, e.g. {path / '*.json'}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+    try:  # bytes: json finds UTF-16 itself (PowerShell's `>` writes it); a UTF-8 BOM is dropped
+        data = json.loads(path.read_bytes().removeprefix(b"\xef\xbb\xbf"))
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not JSON (not even text); expected the output of kplay check --json") from None
     except json.JSONDecodeError as e:
@@ -175,7 +175,7 @@ def table(groups: list[Ranked]) -> Group:
 def _title(g: Ranked) -> Text:
     done = sum(e.complete for _, e in g.rows)
     n = len(g.rows)
-    return Text.from_markup(f"[b]{g.exercise}[/b] · {n} student{'s' * (n != 1)} · {done} passed every case")
+    return Text(g.exercise, style="bold") + Text(f" · {n} student{'s' * (n != 1)} · {done} passed every case")
 
 
 def _group_table(g: Ranked) -> Table:
@@ -188,7 +188,7 @@ def _group_table(g: Ranked) -> Table:
     t.add_column("failures", overflow="fold")
     for k, e in g.rows:
         speed = [f"{e.speedup:.2f}×" if e.speedup is not None else "-"] if g.timed else []
-        t.add_row(str(k), e.student, _cases(e), *speed, failure_text(e.failures))
+        t.add_row(str(k), Text(e.student), _cases(e), *speed, Text(failure_text(e.failures)))  # names are not markup
     return t
 
 

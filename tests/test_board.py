@@ -117,10 +117,15 @@ def test_several_exercises_are_grouped_each_ranked_on_its_own(tmp_path):
 def test_the_student_is_the_records_name_else_the_files_stem(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "dee.json").write_text(json.dumps(record("")))
-    (tmp_path / "in" / "x.json").write_text(json.dumps({k: v for k, v in record("eve").items()}))
-    result = invoke("board", tmp_path / "in" / "dee.json", tmp_path / "in" / "x.json", "--out", tmp_path)
+    (tmp_path / "in" / "x.json").write_text(json.dumps(record("eve")))
+    (tmp_path / "in" / "ps.json").write_text(json.dumps(record("[/b]fay")), encoding="utf-16")  # PowerShell's >
+    (tmp_path / "in" / "gus.json").write_text(json.dumps(record("<i>gus</i>")))
+    result = invoke("board", *sorted((tmp_path / "in").iterdir()), "--out", tmp_path)
     assert result.exit_code == 0, result.output
-    assert sorted(r["student"] for r in csv_of(tmp_path)) == ["dee", "eve"]
+    assert sorted(r["student"] for r in csv_of(tmp_path)) == ["<i>gus</i>", "[/b]fay", "dee", "eve"]
+    assert "[/b]fay" in result.stdout  # a name is shown as it is, never read as rich markup
+    page = (tmp_path / "board.html").read_text()
+    assert "&lt;i&gt;gus&lt;/i&gt;" in page and "<i>" not in page
 
 
 # ---- bad input: one line, exit 2, nothing written ---------------------------------------------------------
