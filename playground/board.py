@@ -203,8 +203,9 @@ def _cases(e: Entry) -> Text:
 
 def targets(out: Path) -> tuple[Path, Path]:
     """board.csv and board.html in out, refused before anything is written if either is a file kplay did not write."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: not a folder")
+    existing = next(p for p in (out, *out.parents) if p.exists())  # out is made if missing: not inside a file
+    if not existing.is_dir():
+        raise UsageError(f"--out {out}: {'it' if existing == out else existing} is not a folder")
     found = out / CSV_NAME, out / HTML_NAME
     for path in found:
         if path.exists() and not ours(path):
@@ -229,9 +230,12 @@ def write(groups: list[Ranked], out: Path) -> list[Path]:
     from .board_page import page
 
     csv_path, html_path = targets(out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(groups, csv_path)
-    html_path.write_text(page(groups), encoding="utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(groups, csv_path)
+        html_path.write_text(page(groups), encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write there ({e.strerror})") from None
     return [csv_path, html_path]
 
 

@@ -184,6 +184,15 @@ def test_a_board_file_kplay_did_not_write_is_never_overwritten(tmp_path):
         assert (mine / name).read_text() == "my grades, by hand\n" and len(list(mine.iterdir())) == 1
 
 
+def test_an_out_that_is_a_file_is_one_line_before_the_table(tmp_path):
+    (tmp_path / "file").write_text("")
+    paths = files(tmp_path / "in", record("ada"))
+    for out, message in ((tmp_path / "file", "it is not a folder"), (tmp_path / "file" / "sub", f"{tmp_path / 'file'} is not a folder")):
+        result = invoke("board", *paths, "--out", out)
+        assert result.exit_code == 2 and result.stdout == "", result.output  # refused before the table
+        assert result.stderr.splitlines() == [f"error: --out {out}: {message}"]
+
+
 # ---- board.html in a real headless Chromium ---------------------------------------------------------------
 
 CLASS = [record("ada", speedup=1.07), record("bob", speedup=0.85), record("grace", speedup=2.31),
