@@ -651,6 +651,27 @@ def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay 
         out.print(f"  why: {escape(found['why'])}", highlight=False)
 
 
+Results = Annotated[Optional[list[Path]], typer.Argument(metavar="RESULTS", show_default=False,
+                                                         help="kplay check --json files, one per student.")]
+
+
+@app.command()
+@friendly
+def board(results: Results = None,
+          out_dir: Annotated[Path, typer.Option("--out", help="Where board.csv and board.html go.")] = Path(".")):
+    """The class board: who passed what, ranked by cases passed then speedup; also board.csv and board.html.
+
+    Collect each student's [b]kplay check DIR --json --name NAME > NAME.json[/b], then [b]kplay board *.json[/b].
+    """
+    from playground import board as b
+
+    groups = b.rank(b.load([str(p) for p in results or []]))
+    b.targets(out_dir)  # a file kplay did not write is refused before the table
+    out.print(b.table(groups))
+    for written in b.write(groups, out_dir):
+        out.print(f"wrote {written}", highlight=False)
+
+
 def _as_path(folder) -> str:
     """A folder as `kplay run` reads it: a bare name would mean the built-in family."""
     return str(folder) if folder.is_absolute() or str(folder).startswith(".") else f"./{folder}"
