@@ -302,10 +302,12 @@ def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, be
               explain: bool = False) -> None:
     """The run's table (a run the sanitizer's finding ended has none), then what the sanitizer found, or
     the comparison with an earlier run."""
+    from playground import compare, report, sanitize as sanitizer
+
     if json_:
-        print(json.dumps(result, indent=2))
+        against = {"against": compare.record(before, result)} if before and "variants" in result else {}
+        print(json.dumps(result | against, indent=2))
         return
-    from playground import report, sanitize as sanitizer
 
     if "variants" in result:
         out.print(report.run_report(result, explain))
