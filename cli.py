@@ -287,11 +287,7 @@ def watch(ctx: typer.Context, folder: Annotated[str, typer.Argument(help="A kern
             return isolate.run(req, on_event)
 
     make()  # a bad option is one line and exit 2 now, not an error on every save
-    try:
-        for outcome in watcher.loop(attempt, watcher.changes(root)):
-            out.print(watcher.render(outcome))
-    except KeyboardInterrupt:  # the child and its build are killed on the way out (isolate.run's finally)
-        pass
+    watcher.serve(attempt, root, out.print)
     err.print("stopped watching")
 
 
@@ -306,10 +302,12 @@ def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, be
               explain: bool = False) -> None:
     """The run's table (a run the sanitizer's finding ended has none), then what the sanitizer found, or
     the comparison with an earlier run."""
+    from playground import compare, report, sanitize as sanitizer
+
     if json_:
-        print(json.dumps(result, indent=2))
+        against = {"against": compare.record(before, result)} if before and "variants" in result else {}
+        print(json.dumps(result | against, indent=2))
         return
-    from playground import report, sanitize as sanitizer
 
     if "variants" in result:
         out.print(report.run_report(result, explain))
@@ -653,6 +651,27 @@ def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay 
     out.print(f"  what: {escape(found['what'])}", highlight=False)
     if found.get("why"):
         out.print(f"  why: {escape(found['why'])}", highlight=False)
+
+
+Results = Annotated[Optional[list[Path]], typer.Argument(metavar="RESULTS", show_default=False,
+                                                         help="kplay check --json files, one per student.")]
+
+
+@app.command()
+@friendly
+def board(results: Results = None,
+          out_dir: Annotated[Path, typer.Option("--out", help="Where board.csv and board.html go.")] = Path(".")):
+    """The class board: who passed what, ranked by cases passed then speedup; also board.csv and board.html.
+
+    Collect each student's [b]kplay check DIR --json --name NAME > NAME.json[/b], then [b]kplay board *.json[/b].
+    """
+    from playground import board as b
+
+    groups = b.rank(b.load([str(p) for p in results or []]))
+    b.targets(out_dir)  # a file kplay did not write is refused before the table
+    out.print(b.table(groups))
+    for written in b.write(groups, out_dir):
+        out.print(f"wrote {written}", highlight=False)
 
 
 def _as_path(folder) -> str:

@@ -48,3 +48,10 @@ def differences(before: dict, after: dict) -> list[str]:
     """What makes the two runs not like for like (another family, device, dtype or size)."""
     keys = ("family", "device", "dtype", "sizes")
     return [f"{k}: {before.get(k)} before, {after.get(k)} now" for k in keys if before.get(k) != after.get(k)]
+
+
+def record(before: dict, after: dict) -> dict:
+    """The comparison in a --json record: each contender's medians and verdict, and what differs in the runs."""
+    return {"contenders": [{"name": name, "before_s": old["median_s"], "after_s": new["median_s"], "verdict": word}
+                           for name, old, new, word in rows(before, after)],
+            "differences": differences(before, after)}

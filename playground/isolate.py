@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,7 +43,7 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         finally:
             os.close(read)
             if child.poll() is None:
-                os.killpg(child.pid, signal.SIGKILL)
+                _kill_session(child.pid)
             child.wait()
         log.seek(0)
         tail = _messages(log.read().decode(errors="replace"))
@@ -70,9 +72,17 @@ def _let_finish(child) -> None:
 
 
 def _start(request: Request, log, channel: str, under: list[str], env: dict | None):
-    """The worker (under the tool, if any), the request on its stdin; returns it and the descriptor to read."""
-    env = {**os.environ, **(env or {}),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))}
+    """The worker (under the tool, if any), the request on its stdin; returns it and the descriptor to read.
+    Inside `warm()`, a plain run's worker is forked by the zygote instead."""
+    if _zygote and not under and not env:
+        read, write = os.pipe()
+        try:
+            return _zygote.start(request.to_json(), write, log.fileno()), read
+        except OSError:  # the zygote has gone: a fresh worker, as outside warm()
+            os.close(read)
+        finally:
+            os.close(write)
+    env = {**os.environ, **(env or {}), "PYTHONPATH": _pythonpath()}
     if under:
         read, target, fds = os.open(channel, os.O_RDONLY), "@" + channel, ()
     else:
@@ -85,6 +95,101 @@ def _start(request: Request, log, channel: str, under: list[str], env: dict | No
     child.stdin.write(request.to_json().encode())
     child.stdin.close()
     return child, read
+
+
+def _kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # a forked worker not yet leading its session, or gone
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+_zygote = None  # the warm worker, inside warm()
+
+
+@contextmanager
+def warm():
+    """Inside this block each run forks from one warm worker (torch imported once: about 2 s saved per run),
+    where fork is safe (Linux; not under a tool). Elsewhere, or with KPLAY_ZYGOTE=0, fresh workers."""
+    global _zygote
+    if _zygote or not sys.platform.startswith("linux") or os.environ.get("KPLAY_ZYGOTE") == "0":
+        yield
+        return
+    _zygote = Zygote()
+    try:
+        yield
+    finally:
+        zygote, _zygote = _zygote, None
+        zygote.close()
+
+
+class Zygote:
+    """kplay's end of playground.zygote: start a run in a forked worker, and learn how that worker ended."""
+
+    def __init__(self):
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = {**os.environ, "PYTHONPATH": _pythonpath()}
+        self.proc = subprocess.Popen([sys.executable, "-m", "playground.zygote", str(theirs.fileno())],
+                                     pass_fds=(theirs.fileno(),), env=env, start_new_session=True,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        theirs.close()
+        self.ended: dict[int, int] = {}
+
+    def start(self, request_json: str, events_fd: int, log_fd: int) -> "Forked":
+        message = {"request": request_json, "env": dict(os.environ), "cwd": os.getcwd()}
+        socket.send_fds(self.sock, [json.dumps(message).encode()], [events_fd, log_fd])
+        while True:
+            reply = self._next(None)
+            if "pid" in reply:
+                return Forked(self, reply["pid"])
+
+    def _next(self, timeout: float | None) -> dict:
+        """The zygote's next message (an ended child is kept in self.ended); {} on a timeout."""
+        ready, _, _ = select.select([self.sock], [], [], timeout)
+        if not ready:
+            return {}
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise OSError("the warm worker has gone")
+        reply = json.loads(data)
+        if "exit" in reply:
+            self.ended[reply["exit"]] = reply["status"]
+        return reply
+
+    def close(self) -> None:
+        self.sock.close()  # the zygote's loop ends on it
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Forked:
+    """A worker forked by the zygote, with what run() asks of a Popen: pid, poll, wait, returncode."""
+
+    def __init__(self, zygote: Zygote, pid: int):
+        self.zygote, self.pid, self.returncode = zygote, pid, None
+
+    def poll(self) -> int | None:
+        return self.wait(timeout=0)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pid not in self.zygote.ended:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                if not self.zygote._next(left) and left == 0:
+                    return None
+            except OSError:  # the zygote died, and its children with it
+                self.zygote.ended[self.pid] = -signal.SIGKILL
+        self.returncode = self.zygote.ended[self.pid]
+        return self.returncode
+
+
+def _pythonpath() -> str:
+    return os.pathsep.join(filter(None, [str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))
 
 
 @contextmanager

@@ -210,7 +210,9 @@ def _cases(spec, fam, req, main, dtype, device):
         yield label(req.sizes) + " probed", lambda: spec.probe(main, dtype, torch.Generator().manual_seed(req.seed + 1))
 
 
-POOL_BYTES = 256 << 20  # the timed inputs together exceed this (and so any L2) where memory allows
+# The timed inputs together exceed this where memory allows: on a GPU any L2 (the H200's is 50 MB); on a CPU
+# its L2 many times over and a laptop's last-level cache (8-36 MB).
+POOL_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 POOL_MAX = 8  # but there are never more than this many (each costs a make_inputs and a reference)
 
 
@@ -248,7 +250,7 @@ def _time(spec, req, result, ops: dict, baselines: dict, inputs, dtype) -> None:
         _timed(v, key, steps[key][0], stats, walls, rates)
         _speedups(v, result.baselines)
         found = [*_timed_outputs(deviations, key, expected, v.timings, spec.outputs), *_unseen_work(v.timings),
-                 *([] if spec.wall_clock else _impossible(v, device))]  # warm, unflushed: the L2 may serve it
+                 *([] if spec.wall_clock else _impossible(v, device, req.dtype))]  # warm, unflushed: the L2 may serve it
         if found:
             v.check = dataclasses.replace(v.check, ok=False, mismatches=v.check.mismatches + found)
     if device == "cuda":
@@ -302,7 +304,7 @@ def _pool(spec, req, main, dtype, device, nbytes, contenders: int) -> list:
     """The inputs the timed calls take turns on: `main` and more seeded ones, so that no two consecutive calls
     see the same pointer or the same data (a result cached by pointer or by content does not pay). Their
     count does not divide the contenders' (see timing._turns), and takes a quarter of the free memory at most."""
-    want = max(3, min(POOL_MAX, -(-POOL_BYTES // max(nbytes, 1))))
+    want = max(3, min(POOL_MAX, -(-POOL_BYTES[device] // max(nbytes, 1))))
     want = next(k for k in range(want, want + contenders + 1) if contenders % k)
     count = max(1, min(want, _free_bytes(device) // 4 // max(nbytes, 1)))
     return [main, *(_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k) for k in range(1, count))]
@@ -371,20 +373,28 @@ def _unseen_work(timings) -> list[str]:
     return []
 
 
-def _impossible(v, device) -> list[str]:
-    """On a GPU, a bandwidth above the device's peak is an error in the timing, not a speedup."""
-    peak = _peak_gbps(device)
-    if v.gbps and peak and v.gbps > peak:
-        return [f"timing: {v.gbps:,.0f} GB/s is above this GPU's peak of {peak:,.0f} GB/s: the timer missed the work"]
-    return []
+# A kernel on the tensor cores may beat the CUDA cores' FLOP peak (device.py's figure) by their dense ratio:
+# on Ampere and Hopper about 8x in float32 (as TF32) and 2x in float64. A rate above that is no kernel's.
+TENSOR_CORES = {"float32": 8.0, "float64": 2.0}
 
 
-def _peak_gbps(device) -> float | None:
-    """The memory's peak, 2 (double data rate) x memory clock x bus width / 8: device.py's figure."""
+def _impossible(v, device, dtype: str) -> list[str]:
+    """On a GPU, a bandwidth above the memory's peak, or a FLOP rate above the compute ceiling, is an error in
+    the timing, not a speedup."""
     from .device import peaks
 
     peak = peaks(device)
-    return peak.bandwidth_gbps if peak else None
+    if not peak:
+        return []
+    found = []
+    if v.gbps and v.gbps > peak.bandwidth_gbps:
+        found.append(f"timing: {v.gbps:,.0f} GB/s is above this GPU's peak of {peak.bandwidth_gbps:,.0f} GB/s: "
+                     "the timer missed the work")
+    ceiling = peak.flops(dtype) and peak.flops(dtype) * TENSOR_CORES.get(dtype, 1.0)
+    if v.gflops and ceiling and v.gflops > ceiling:
+        found.append(f"timing: {v.gflops:,.0f} GFLOP/s is above this GPU's {dtype} ceiling of {ceiling:,.0f} "
+                     "GFLOP/s (tensor cores included): the timer missed the work")
+    return found
 
 
 def _timed(target: Timed, key: tuple, labels, stats: dict, walls: dict, rates: dict) -> Timed:

@@ -108,14 +108,16 @@ def run(points: list[Request], on_point=lambda k, request: None,
     on; any other error stops it with the exit code `kplay run` gives (crash 4, build 3, usage 2).
     """
     records = []
-    for k, request in enumerate(points):
-        on_point(k, request)
-        try:
-            records.append(isolate.run(request, on_event))
-        except KplayError as e:
-            if not _out_of_memory(str(e)):
-                return records, e
-            records.append({"family": request.family, "device": request.device, "sizes": request.sizes, "skipped": str(e)})
+    with isolate.warm():  # every point forks from one worker that has imported torch
+        for k, request in enumerate(points):
+            on_point(k, request)
+            try:
+                records.append(isolate.run(request, on_event))
+            except KplayError as e:
+                if not _out_of_memory(str(e)):
+                    return records, e
+                records.append({"family": request.family, "device": request.device, "sizes": request.sizes,
+                                "skipped": str(e)})
     return records, None
 
 

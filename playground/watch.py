@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,20 @@ def loop(attempt: Callable[[], dict], batches: Iterable[set[str]]) -> Iterator[O
                 before[v["variant"]] = last[v["variant"]]
             last[v["variant"]] = v["time"]
         yield Outcome(number, tuple(sorted(Path(p).name for p in batch)), seconds, result, error, before)
+
+
+def serve(attempt: Callable[[], dict], root: Path, show: Callable) -> None:
+    """kplay watch: the loop on the folder's saves, each outcome shown, until Ctrl-C. Each run forks from a
+    warm worker that has imported torch (isolate.warm)."""
+    from . import isolate
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, even where SIGINT came ignored
+    try:
+        with isolate.warm():
+            for outcome in loop(attempt, changes(root)):
+                show(render(outcome))
+    except KeyboardInterrupt:  # the child and its build are killed on the way out (isolate.run's finally)
+        pass
 
 
 def passed(result: dict | None) -> list[dict]:

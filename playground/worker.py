@@ -48,19 +48,28 @@ def main() -> None:
     die_with_parent()
     target = sys.argv[1]
     out = open(target[1:], "w", buffering=1) if target.startswith("@") else os.fdopen(int(target), "w", buffering=1)
+    prepare()
+    serve(sys.stdin.read(), out)
 
-    def send(**message) -> None:
-        out.write(json.dumps(message) + "\n")
 
+def prepare() -> None:
+    """What every worker sets before a kernel runs (a zygote sets it once, before it forks)."""
     faulthandler.enable()  # a segfault leaves a Python stack in the log
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on CPU boxes
+
+
+def serve(request_json: str, out) -> None:
+    """Run one request; its events and then its result (or error) go to `out` as JSON lines."""
     from . import runner
     from .errors import KplayError
     from .request import Request
 
+    def send(**message) -> None:
+        out.write(json.dumps(message) + "\n")
+
     try:
-        request = Request.from_json(sys.stdin.read())
+        request = Request.from_json(request_json)
         on_event = lambda event, **data: send(event=event, **data)
         if request.mode == "run":
             result = runner.execute(request, on_event)
@@ -75,6 +84,7 @@ def main() -> None:
         traceback.print_exc()
         send(error={"kind": "KernelCrash", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                     "details": traceback.format_exc().splitlines()[-6:]})
+
 
 if __name__ == "__main__":
     main()

@@ -46,6 +46,18 @@ def test_against_an_earlier_run_says_faster_slower_or_same(kplay, before, tmp_pa
     assert len(rows) == 4 and all(r.rstrip().endswith("faster") for r in rows[2:])
 
 
+def test_against_with_json_puts_the_verdicts_in_the_record(kplay, before, tmp_path):
+    slow = json.loads(json.dumps(before))
+    for k in ("median_s", "q1_s", "q3_s"):
+        slow["variants"][0]["time"][k] *= 1000
+    (tmp_path / "before.json").write_text(json.dumps(slow))
+    result = kplay("run", "sum", "--device", "cpu", "--n", "2e4", "--against", tmp_path / "before.json", "--json")
+    against = json.loads(result.stdout)["against"]
+    cpp = next(c for c in against["contenders"] if c["name"] == "cpp")
+    assert cpp["verdict"] == "faster" and cpp["before_s"] == slow["variants"][0]["time"]["median_s"]
+    assert against["differences"] == ["sizes: {'n': 10000} before, {'n': 20000} now"]
+
+
 def test_against_another_size_warns_that_it_is_not_like_for_like(kplay, before, tmp_path):
     (tmp_path / "before.json").write_text(json.dumps(before))
     result = kplay("run", "sum", "--device", "cpu", "--n", "2e4", "--against", tmp_path / "before.json")

@@ -132,7 +132,7 @@ def test_show_and_eject_give_the_starter_unless_solution(kplay, tmp_path):
 
 
 RUNGS = ["tree", "first-add", "shuffle", "fast"]
-BUILT_IN = [f"sum/{r}" for r in RUNGS] + ["linear/cuda-tiled", "print_array/cpp"]
+BUILT_IN = [f"sum/{r}" for r in RUNGS] + ["linear/cuda-tiled", "lltm/cuda", "print_array/cpp"]
 
 
 @pytest.mark.parametrize("name", BUILT_IN)

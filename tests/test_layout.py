@@ -3,6 +3,8 @@
 import pytest
 from typer.testing import CliRunner
 
+from conftest import ROOT
+
 COMMANDS = [
     ["list"],
     ["show", "sum"],
@@ -20,14 +22,18 @@ COMMANDS = [
     ["run", "sum", "--devic", "cpu"],
     ["profile", "sum", "--device", "cpu"],
     ["run", "sum", "--sanitize", "memchek"],
+    ["board", *(f"tests/data/board/{name}.json" for name in ("ada", "bob", "cy", "dee", "eve", "fay")), "--out", "{tmp}"],
+    ["board", "tests/data/board/ada.json", "tests/data/board/nobody.json"],
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
-def test_every_report_fits_80_columns(args):
+def test_every_report_fits_80_columns(args, tmp_path, monkeypatch):
     from cli import app
 
+    monkeypatch.chdir(ROOT)  # the board's records are in tests/data; what it writes goes to tmp_path
+    args = [str(tmp_path) if a == "{tmp}" else a for a in args]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
     assert result.exit_code in (0, 2), result.output
     lines = result.output.splitlines()

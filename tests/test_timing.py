@@ -37,7 +37,7 @@ def test_rotation_gives_consecutive_calls_different_inputs_and_observe_sees_ever
     seen, observed = [], []
     fns = {"f": [(lambda k=k: (k,), lambda k: seen.append(k) or k) for k in range(3)]}
     out = bench(fns, "cpu", budget_s=0.0, observe=lambda name, k, o: observed.append((k, o)))
-    timed = seen[9:]  # after the warm-up, three calls of each input
+    timed = seen[3:]  # after the warm-up: three calls, on the inputs in turn
     assert len(timed) == out["f"].samples and all(a != b for a, b in zip(timed, timed[1:]))
     assert observed == [(k, k) for k in timed]
 
@@ -149,3 +149,21 @@ def test_the_kernels_line_leaves_no_profiler_overhead_behind():
     resources.profile(lambda: torch.sum(x))
     after = bench({"sum": lambda: torch.sum(x)}, "cuda", budget_s=0.2)["sum"].median_s
     assert after < 1.2 * before + 0.5e-6, (before, after)
+
+
+def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure(monkeypatch):
+    """The guard against an H200's figures: 4,814 GB/s; 66,908 GFLOP/s float32 on the CUDA cores, 8x that on
+    the tensor cores (TF32). An honest rate passes; one above either ceiling fails and says which."""
+    from types import SimpleNamespace
+
+    from playground import device
+
+    h200 = device.Peaks("NVIDIA H200", 4814.0, {"float32": 66908.0})
+    monkeypatch.setattr(device, "peaks", lambda d="cuda": h200 if d == "cuda" else None)
+    rate = lambda gbps, gflops: SimpleNamespace(gbps=gbps, gflops=gflops)
+    assert runner._impossible(rate(4500.0, 400_000.0), "cuda", "float32") == []  # a TF32 matmul may do this
+    assert runner._impossible(rate(9000.0, None), "cpu", "float32") == []  # a CPU's cache can beat its memory
+    (memory,) = runner._impossible(rate(11_000.0, None), "cuda", "float32")
+    assert memory.startswith("timing: 11,000 GB/s is above this GPU's peak of 4,814 GB/s")
+    (compute,) = runner._impossible(rate(None, 600_000.0), "cuda", "float32")
+    assert "600,000 GFLOP/s is above this GPU's float32 ceiling of 535,264 GFLOP/s" in compute

@@ -1,0 +1,82 @@
+"""The warm worker (isolate.warm): runs fork from one process that imported torch, a crash or a hang costs only
+that child, and the zygote and its children die with kplay."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT
+from playground import isolate, request
+from playground.errors import KernelCrash
+from test_workshop import _ours
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork from a zygote: Linux only")
+
+
+def sum_run(target="sum", **kw):
+    return isolate.run(request.make(str(target), device="cpu", sizes={"n": "100"}, skip_baselines=["torch.sum"], **kw))
+
+
+def test_warm_runs_fork_from_one_process_and_give_the_same_record(monkeypatch):
+    cold = sum_run()
+    started = []
+    popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
+    with isolate.warm():
+        warm = [sum_run() for _ in range(3)]
+    assert len(started) == 1 and "playground.zygote" in started[0]  # the zygote alone: no fresh worker
+    assert all(r["ok"] and r["variants"][0]["check"] == cold["variants"][0]["check"] for r in warm)
+
+
+def test_a_crash_or_a_hang_costs_only_its_child(wrong_kernel):
+    with isolate.warm():
+        with pytest.raises(KernelCrash, match="segmentation fault while checking cpp"):
+            sum_run(wrong_kernel("sum", "sum_segfault.cpp"))
+        with pytest.raises(KernelCrash, match="timed out after 2 s"):
+            sum_run(wrong_kernel("sum", "sum_hang.cpp"), timeout=2)
+        zygote = isolate._zygote
+        assert sum_run()["ok"] and zygote.proc.poll() is None  # the same zygote, still serving
+    assert zygote.proc.poll() is not None  # and gone with the block
+
+
+def test_a_zygote_that_died_falls_back_to_a_fresh_worker():
+    with isolate.warm():
+        isolate._zygote.proc.kill()
+        isolate._zygote.proc.wait()
+        assert sum_run()["ok"]
+
+
+def test_the_child_sees_kplays_environment_at_each_run(monkeypatch, tmp_path):
+    with isolate.warm():
+        assert sum_run()["ok"]
+        monkeypatch.setenv("KPLAY_CACHE", str(tmp_path / "later"))  # set after the zygote started
+        r = sum_run()
+    assert not r["variants"][0]["build"]["cached"] and (tmp_path / "later").is_dir()
+
+
+@pytest.mark.slow
+def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_path):
+    folder, cache = wrong_kernel("sum", "sum_hang.cpp"), tmp_path / "cache"
+    script = textwrap.dedent(f"""
+        from playground import isolate, request
+        with isolate.warm():
+            isolate.run(request.make({str(folder)!r}, device="cpu", sizes={{"n": "100"}}, timeout=600))
+    """)
+    env = {**os.environ, "KPLAY_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+    kplay = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while not (tmp_path / "cache").is_dir() or len(_ours(cache)) < 3:  # kplay, the zygote, the hanging child
+        assert time.monotonic() < deadline and kplay.poll() is None, _ours(cache)
+        time.sleep(0.2)
+    time.sleep(1)  # inside the kernel's loop
+    kplay.send_signal(signal.SIGKILL)
+    kplay.wait()
+    deadline = time.monotonic() + 5
+    while _ours(cache) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _ours(cache), "left running"
