@@ -70,8 +70,11 @@ def load(paths: list[str]) -> list[Entry]:
     """Every file's entry; a file that is not a check record, or a student twice on one exercise, is one UsageError."""
     if not paths:
         raise UsageError("kplay board needs RESULTS files: each the output of kplay check --json")
-    entries, seen = [], {}
+    entries, seen, files = [], {}, set()
     for path in map(Path, paths):
+        if path.resolve() in files:  # the same file twice (`*.json ada.json`): once
+            continue
+        files.add(path.resolve())
         e = read(path)
         other = seen.setdefault((e.student, e.exercise), path)
         if other != path:
@@ -112,6 +115,8 @@ def entry(data, path: Path) -> Entry:
     speedup = data.get("speedup")
     if speedup is not None and (not isinstance(speedup, (int, float)) or isinstance(speedup, bool) or speedup <= 0):
         wrong.append("speedup")
+    if not {"passed", "checked"} & set(wrong) and not 0 <= data["passed"] <= data["checked"]:
+        wrong.append("passed")
     if wrong:
         raise UsageError(f"{path}: not a kplay check --json record ({', '.join(wrong)} of the wrong type)")
     name = data.get("student")
@@ -258,4 +263,9 @@ def write_csv(groups: list[Ranked], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, header)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
+
+
+def _cell(value):
+    """A text cell a spreadsheet would run as a formula (`--name "=HYPERLINK(...)"`) is quoted with a '."""
+    return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value

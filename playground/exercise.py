@@ -94,7 +94,7 @@ def pick(fam: registry.Family, variant: str | None) -> registry.Variant:
     """The variant to start: by name, else the family's default, else its first with a region."""
     if variant:
         return fam.variant(variant)
-    if fam.default_variant:
+    if fam.default_variant in fam.variants and _hints(fam, fam.variants[fam.default_variant], fam.parse_params([])):
         return fam.variant(fam.default_variant)
     for v in fam.variants.values():
         if _hints(fam, v, fam.parse_params([])):

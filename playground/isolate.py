@@ -74,12 +74,15 @@ def _let_finish(child) -> None:
 def _start(request: Request, log, channel: str, under: list[str], env: dict | None):
     """The worker (under the tool, if any), the request on its stdin; returns it and the descriptor to read.
     Inside `warm()`, a plain run's worker is forked by the zygote instead."""
-    if _zygote and not under and not env:
+    if _zygote and not under and not env and threading.current_thread() is _zygote.thread:
         read, write = os.pipe()
         try:
             return _zygote.start(request.to_json(), write, log.fileno()), read
         except OSError:  # the zygote has gone: a fresh worker, as outside warm()
             os.close(read)
+        except BaseException:
+            os.close(read)
+            raise
         finally:
             os.close(write)
     env = {**os.environ, **(env or {}), "PYTHONPATH": _pythonpath()}
@@ -113,7 +116,8 @@ def warm():
     """Inside this block each run forks from one warm worker (torch imported once: about 2 s saved per run),
     where fork is safe (Linux; not under a tool). Elsewhere, or with KPLAY_ZYGOTE=0, fresh workers."""
     global _zygote
-    if _zygote or not sys.platform.startswith("linux") or os.environ.get("KPLAY_ZYGOTE") == "0":
+    main = threading.current_thread() is threading.main_thread()  # the zygote dies with the thread that made it
+    if _zygote or not main or not sys.platform.startswith("linux") or os.environ.get("KPLAY_ZYGOTE") == "0":
         yield
         return
     _zygote = Zygote()
@@ -125,14 +129,17 @@ def warm():
 
 
 class Zygote:
-    """kplay's end of playground.zygote: start a run in a forked worker, and learn how that worker ended."""
+    """kplay's end of playground.zygote: start a run in a forked worker, and learn how that worker ended.
+    One run at a time, from the thread that made it (run() elsewhere starts a fresh worker)."""
 
     def __init__(self):
+        self.thread = threading.current_thread()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {**os.environ, "PYTHONPATH": _pythonpath()}
         self.proc = subprocess.Popen([sys.executable, "-m", "playground.zygote", str(theirs.fileno())],
                                      pass_fds=(theirs.fileno(),), env=env, start_new_session=True,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=None if os.environ.get("KPLAY_DEBUG") else subprocess.DEVNULL)
         theirs.close()
         self.ended: dict[int, int] = {}
 
@@ -141,7 +148,8 @@ class Zygote:
         socket.send_fds(self.sock, [json.dumps(message).encode()], [events_fd, log_fd])
         while True:
             reply = self._next(None)
-            if "pid" in reply:
+            if "pid" in reply:  # a pid the system reused: the exit of its earlier child is not this one's
+                self.ended.pop(reply["pid"], None)
                 return Forked(self, reply["pid"])
 
     def _next(self, timeout: float | None) -> dict:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import functools
 import math
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from . import events, render, request as requests, resources, spec as specs
 from .build import BuildInfo, build
@@ -211,7 +213,7 @@ def _cases(spec, fam, req, main, dtype, device):
 
 
 # The timed inputs together exceed this where memory allows: on a GPU any L2 (the H200's is 50 MB); on a CPU
-# its L2 many times over and a laptop's last-level cache (8-36 MB).
+# 64 MB (a laptop's last-level cache is 8-36 MB), or four times the last-level cache where Linux says more.
 POOL_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 POOL_MAX = 8  # but there are never more than this many (each costs a make_inputs and a reference)
 
@@ -304,10 +306,21 @@ def _pool(spec, req, main, dtype, device, nbytes, contenders: int) -> list:
     """The inputs the timed calls take turns on: `main` and more seeded ones, so that no two consecutive calls
     see the same pointer or the same data (a result cached by pointer or by content does not pay). Their
     count does not divide the contenders' (see timing._turns), and takes a quarter of the free memory at most."""
-    want = max(3, min(POOL_MAX, -(-POOL_BYTES[device] // max(nbytes, 1))))
+    target = POOL_BYTES[device] if device == "cuda" else max(POOL_BYTES["cpu"], 4 * _last_level_cache())
+    want = max(3, min(POOL_MAX, -(-target // max(nbytes, 1))))
     want = next(k for k in range(want, want + contenders + 1) if contenders % k)
     count = max(1, min(want, _free_bytes(device) // 4 // max(nbytes, 1)))
     return [main, *(_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k) for k in range(1, count))]
+
+
+def _last_level_cache() -> int:
+    """The CPU's largest cache in bytes, from Linux's sysfs (e.g. '32768K'); 0 where it cannot be read."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        with contextlib.suppress(OSError, ValueError):
+            text = f.read_text().strip()
+            sizes.append(int(text.rstrip("KMG")) << {"K": 10, "M": 20, "G": 30}.get(text[-1:], 0))
+    return max(sizes, default=0)
 
 
 def _free_bytes(device: str) -> int:
@@ -373,9 +386,10 @@ def _unseen_work(timings) -> list[str]:
     return []
 
 
-# A kernel on the tensor cores may beat the CUDA cores' FLOP peak (device.py's figure) by their dense ratio:
-# on Ampere and Hopper about 8x in float32 (as TF32) and 2x in float64. A rate above that is no kernel's.
-TENSOR_CORES = {"float32": 8.0, "float64": 2.0}
+# A kernel on the tensor cores may beat the CUDA cores' FLOP peak (device.py's figure) by their dense ratio,
+# by compute capability's major: on Ampere (8) and Hopper (9) about 8x in float32 (as TF32) and 2x in float64.
+# A rate above that is no kernel's. Where the ratio is not known (Blackwell's TF32 is about 15x), no guard.
+TENSOR_CORES = {8: {"float32": 8.0, "float64": 2.0}, 9: {"float32": 8.0, "float64": 2.0}}
 
 
 def _impossible(v, device, dtype: str) -> list[str]:
@@ -390,11 +404,18 @@ def _impossible(v, device, dtype: str) -> list[str]:
     if v.gbps and v.gbps > peak.bandwidth_gbps:
         found.append(f"timing: {v.gbps:,.0f} GB/s is above this GPU's peak of {peak.bandwidth_gbps:,.0f} GB/s: "
                      "the timer missed the work")
-    ceiling = peak.flops(dtype) and peak.flops(dtype) * TENSOR_CORES.get(dtype, 1.0)
+    ratio = TENSOR_CORES.get(_major(device), {}).get(dtype)
+    ceiling = peak.flops(dtype) and ratio and peak.flops(dtype) * ratio
     if v.gflops and ceiling and v.gflops > ceiling:
         found.append(f"timing: {v.gflops:,.0f} GFLOP/s is above this GPU's {dtype} ceiling of {ceiling:,.0f} "
                      "GFLOP/s (tensor cores included): the timer missed the work")
     return found
+
+
+def _major(device: str) -> int | None:
+    import torch
+
+    return torch.cuda.get_device_capability()[0] if device == "cuda" else None
 
 
 def _timed(target: Timed, key: tuple, labels, stats: dict, walls: dict, rates: dict) -> Timed:

@@ -10,12 +10,14 @@ returncode: the exit code, or minus the signal).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
 import socket
 import sys
+import traceback
 
 REAP_S = 0.02  # how often the zygote looks for an ended child while one runs
 
@@ -78,9 +80,12 @@ def _child(sock, message: dict, fds: list[int]) -> None:
         os.chdir(message["cwd"])
         worker.serve(message["request"], os.fdopen(events, "w", buffering=1))
         code = 0
+    except BaseException:  # before serve() took over: the log gets the stack, kplay says "while starting"
+        traceback.print_exc()
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
         os._exit(code)
 
 

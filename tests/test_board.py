@@ -137,6 +137,8 @@ def test_the_student_is_the_records_name_else_the_files_stem(tmp_path):
     (json.dumps({**record("x"), "passed": "ten"}), "not a kplay check --json record (passed of the wrong type)"),
     (json.dumps({**record("x"), "failures": {"wrong value": "6"}}), "not a kplay check --json record (failures of the wrong type)"),
     (json.dumps({**record("x"), "speedup": -1}), "not a kplay check --json record (speedup of the wrong type)"),
+    (json.dumps({**record("x"), "passed": -5, "checked": 3}), "not a kplay check --json record (passed of the wrong type)"),
+    (json.dumps({**record("x"), "passed": 4, "checked": 3}), "not a kplay check --json record (passed of the wrong type)"),
 ])
 def test_a_file_that_is_not_a_check_record_is_one_line_naming_it(tmp_path, text, message):
     good, bad = files(tmp_path, record("ada"))[0], tmp_path / "bob.json"
@@ -165,6 +167,14 @@ def test_a_student_twice_on_one_exercise_is_refused(tmp_path):
     result = invoke("board", one, two, "--out", tmp_path)
     assert result.exit_code == 2 and result.stderr.splitlines() == [
         f"error: {two}: ada is on sum/shuffle already, from {one} (one file per student)"]
+
+
+def test_the_same_file_twice_counts_once_and_a_formula_name_is_quoted_in_the_csv(tmp_path, monkeypatch):
+    (ada,) = files(tmp_path / "in", record("=HYPERLINK(\"x\")"))
+    monkeypatch.chdir(tmp_path / "in")
+    result = invoke("board", ada, ada, ada.name, "--out", tmp_path)  # `*.json ada.json` names it twice
+    assert result.exit_code == 0, result.output
+    assert [r["student"] for r in csv_of(tmp_path)] == ["'=HYPERLINK(\"x\")"]  # text, not a formula
 
 
 def test_a_board_file_kplay_did_not_write_is_never_overwritten(tmp_path):

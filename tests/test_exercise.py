@@ -103,6 +103,12 @@ def test_start_check_hint_fix_check(kplay, tmp_path):
     assert exercise.score(rec) == f"all 10 cases passed · {rec['speedup']:.2f}× torch.sum"
 
 
+def test_start_with_a_family_name_alone_takes_its_first_marked_variant(kplay, tmp_path):
+    """lltm's default variant is "all": `kplay start lltm DIR` takes cuda, the variant with the regions."""
+    assert kplay("start", "lltm", tmp_path / "me").exit_code == 0
+    assert "TODO 1: Activate the three gates" in (tmp_path / "me" / "lltm_cuda.cu").read_text()
+
+
 def test_start_never_overwrites_a_students_folder(kplay, tmp_path):
     (tmp_path / "student").mkdir()
     (tmp_path / "student" / "mine.cu").write_text("// my work\n")

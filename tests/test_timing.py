@@ -160,6 +160,7 @@ def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure(monkeypatch):
 
     h200 = device.Peaks("NVIDIA H200", 4814.0, {"float32": 66908.0})
     monkeypatch.setattr(device, "peaks", lambda d="cuda": h200 if d == "cuda" else None)
+    monkeypatch.setattr(runner, "_major", lambda d: 9 if d == "cuda" else None)  # Hopper
     rate = lambda gbps, gflops: SimpleNamespace(gbps=gbps, gflops=gflops)
     assert runner._impossible(rate(4500.0, 400_000.0), "cuda", "float32") == []  # a TF32 matmul may do this
     assert runner._impossible(rate(9000.0, None), "cpu", "float32") == []  # a CPU's cache can beat its memory
@@ -167,3 +168,5 @@ def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure(monkeypatch):
     assert memory.startswith("timing: 11,000 GB/s is above this GPU's peak of 4,814 GB/s")
     (compute,) = runner._impossible(rate(None, 600_000.0), "cuda", "float32")
     assert "600,000 GFLOP/s is above this GPU's float32 ceiling of 535,264 GFLOP/s" in compute
+    monkeypatch.setattr(runner, "_major", lambda d: 10)  # Blackwell: its tensor cores' ratio is not known here
+    assert runner._impossible(rate(None, 600_000.0), "cuda", "float32") == []

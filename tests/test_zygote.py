@@ -80,3 +80,17 @@ def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_pa
     while _ours(cache) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _ours(cache), "left running"
+
+
+def test_a_reused_pid_does_not_inherit_an_earlier_childs_exit(wrong_kernel, tmp_path, monkeypatch):
+    """The zygote reports each child's exit by pid; a pid the system hands out again must not find the old
+    status, or a hanging kernel's timeout would never kill it."""
+    folder, cache = wrong_kernel("sum", "sum_hang.cpp"), tmp_path / "cache"
+    monkeypatch.setenv("KPLAY_CACHE", str(cache))
+    pid_max = int(open("/proc/sys/kernel/pid_max").read())
+    with isolate.warm():
+        isolate._zygote.ended.update(dict.fromkeys(range(1, min(pid_max, 1 << 22) + 1), 0))  # every pid "ended"
+        with pytest.raises(KernelCrash, match="timed out after 2 s"):
+            sum_run(folder, timeout=2)
+        time.sleep(0.5)
+        assert len(_ours(cache)) == 1, _ours(cache)  # the zygote alone: the hanging child was killed
