@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-kernels + tests-tools, each under 10 minutes) ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
+#     steps: tests (or tests-kernels + tests-tools, each under 10 minutes) watch ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -31,6 +31,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         linear) step linear-gpu 120 python3 benchmarks/linear_gpu.py --out $R ;;
         lltm) step lltm-gpu 240 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
+        watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --device cuda --variant fast --file sum_fast.cu ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         sweeps) OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh ;;
         quick) step pytest-quick 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_timing.py tests/test_profile.py \

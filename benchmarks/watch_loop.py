@@ -1,6 +1,6 @@
 """kplay watch, timed: a one-line edit of an ejected sum cpp → the verdict, beside the compile alone.
 
-    python benchmarks/watch_loop.py [--edits 5] [--n 1e5]
+    python benchmarks/watch_loop.py [--edits 5] [--n 1e5] [--device cuda --variant fast --file sum_fast.cu]
 
 The real loop (watchfiles on the folder, isolate.run per save, --no-bench, the warm worker as kplay watch
 has it): each edit changes one comment line, so the content hash changes and the source is compiled again;
@@ -30,31 +30,35 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--edits", type=int, default=5)
     ap.add_argument("--n", default="1e5")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--variant", default="cpp")
+    ap.add_argument("--file", default="sum.cpp", help="the ejected source the edits change")
     args = ap.parse_args()
     from playground import isolate
 
     with isolate.warm():
-        edits, compiles = loop(args.n, args.edits, change=True)
-        touches, _ = loop(args.n, args.edits, change=False)
+        edits, compiles = loop(args, change=True)
+        touches, _ = loop(args, change=False)
     os.environ["KPLAY_ZYGOTE"] = "0"
-    cold, _ = loop(args.n, args.edits, change=True)
+    cold, _ = loop(args, change=True)
     torch_s = statistics.median(_seconds([sys.executable, "-c", "import torch"]) for _ in range(3))
     print(f"medians of {args.edits}: edit → verdict {statistics.median(edits):.2f} s (compile alone "
           f"{statistics.median(compiles):.2f} s); unchanged source → verdict {statistics.median(touches):.2f} s; "
           f"fresh worker per run: edit → verdict {statistics.median(cold):.2f} s; import torch {torch_s:.2f} s")
 
 
-def loop(n: str, count: int, change: bool) -> tuple[list[float], list[float]]:
-    """(seconds from each write to its verdict, each build's seconds) over `count` writes of sum.cpp."""
+def loop(args, change: bool) -> tuple[list[float], list[float]]:
+    """(seconds from each write to its verdict, each build's seconds) over args.edits writes of args.file."""
     from playground import isolate, request, watch
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["KPLAY_CACHE"] = f"{tmp}/cache"
         folder = Path(tmp) / "sum"
-        subprocess.run([sys.executable, str(ROOT / "cli.py"), "eject", "sum", str(folder), "--variant", "cpp"],
-                       check=True, capture_output=True)
-        src = folder / "sum.cpp"
-        attempt = lambda: isolate.run(request.make(str(folder), device="cpu", sizes={"n": n}, bench=False))
+        subprocess.run([sys.executable, str(ROOT / "cli.py"), "eject", "sum", str(folder), "--variant", args.variant,
+                        "--solution"], check=True, capture_output=True)
+        src = folder / args.file
+        attempt = lambda: isolate.run(request.make(str(folder), device=args.device, variant=args.variant,
+                                                   sizes={"n": args.n}, bench=False))
         loops, compiles, written = [], [], None
 
         def edit(k: int) -> None:
@@ -68,7 +72,7 @@ def loop(n: str, count: int, change: bool) -> tuple[list[float], list[float]]:
                 compiles.append(outcome.result["variants"][0]["build"]["seconds"])
                 print(f"{'edit' if change else 'touch'} {k}: {loops[-1]:.2f} s to the verdict, "
                       f"build {compiles[-1]:.2f} s", flush=True)
-            if k == count:
+            if k == args.edits:
                 break
             threading.Timer(1.0, edit, (k,)).start()  # once the watcher is up (it starts after the first run)
     return loops, compiles
