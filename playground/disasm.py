@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import BuildError, UsageError
+from .resources import short_name
 
 KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin
 REMARKS = "remarks.txt"
@@ -326,21 +327,9 @@ def pick(found: list[Listing], kernel: str | None, what: str) -> list[Listing]:
         return found
     chosen = [f for f in found if kernel in f.name or kernel in f.symbol]
     if not chosen:
-        names = ", ".join(dict.fromkeys(short(f.name) for f in found)) or "none"
+        names = ", ".join(dict.fromkeys(short_name(f.name, width=200) for f in found)) or "none"
         raise UsageError(f"--kernel {kernel}: no function of {what} has that in its name; it has: {names}")
     return chosen
-
-
-def short(name: str) -> str:
-    """'void sum_fast_kernel<float>(float const*, long)' -> 'sum_fast_kernel<float>'."""
-    depth = 0
-    for i, c in enumerate(name):
-        depth += (c == "<") - (c == ">")
-        if c == "(" and depth == 0 and i > 0:
-            name = name[:i]
-            break
-    head = name.split(" ")
-    return head[-1] if len(head) > 1 and "<" not in head[0] else name
 
 
 def to_json(found: list[Listing], sources: dict[str, list[str]]) -> list[dict]:
