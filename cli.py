@@ -353,7 +353,6 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
     profiler.check_device(device.value)
     req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(name, path, ctx.args, size),
                        params=param or [], paths=path, timeout=timeout, mode="profile")
-    _need_gpu("kplay profile")
     with _progress() as on_event:
         result = profiler.run(req, on_event, ncu=not no_ncu)
     if json_:

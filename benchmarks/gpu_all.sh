@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-kernels + tests-tools, each under 10 minutes) watch ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
+#     steps: tests (or tests-par + tests-serial, each under 10 minutes) watch ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -15,23 +15,26 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.
     echo "$name: exit $? after $((SECONDS - start)) s" | tee -a $R/summary.txt
     tar czf $OUT/results.tgz -C $R .  # after every step: a call cut short still returns what ran
 }
-python3 -m pip install -q --no-deps .whl/*.whl > $R/pip.txt 2>&1  # carried wheels: nvidia-ml-py, cuda-bench (nvbench)
+# Carried wheels: nvidia-ml-py, cuda-bench (nvbench), pytest-xdist; in .whl/nb, watchfiles and the notebook tests' nbclient and ipykernel.
+{ python3 -m pip install -q --no-deps .whl/*.whl
+  python3 -m pip install -q --no-index --find-links .whl/nb nbclient nbformat ipykernel watchfiles; } > $R/pip.txt 2>&1
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
+# The tests that time or profile run alone on the GPU; the rest, 8 at a time (pytest-xdist, carried).
+SERIAL="tests/test_timing.py tests/test_profile.py tests/test_resources.py"
+PAR=$(ls tests/test_*.py | grep -v -e test_timing -e test_profile -e test_resources | tr '\n' ' ')
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
-        tests) step pytest-cuda 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests ;;
-        tests-kernels) step pytest-cuda-kernels 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider \
-                           tests/test_sum_cuda.py tests/test_lltm.py tests/test_linear.py tests/test_print_array_cuda.py ;;
-        tests-tools) step pytest-cuda-tools 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests \
-                         --deselect tests/test_sum_cuda.py --deselect tests/test_lltm.py --deselect tests/test_linear.py \
-                         --deselect tests/test_print_array_cuda.py ;;
+        tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n 8 $PAR
+               step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL ;;
+        tests-par) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n 8 $PAR ;;
+        tests-serial) step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
         linear) step linear-gpu 120 python3 benchmarks/linear_gpu.py --out $R ;;
         lltm) step lltm-gpu 240 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
-        watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --device cuda --variant fast --file sum_fast.cu ;;
+        watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --edits 3 --device cuda --variant fast --file sum_fast.cu ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         sweeps) OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh ;;
         quick) step pytest-quick 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_timing.py tests/test_profile.py \
@@ -42,6 +45,9 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                  step sanitize-fast 90 bash -c "time python3 cli.py run sum --variant fast --sanitize memcheck"
                  step sass-fast 60 python3 cli.py show sum --variant fast --sass --solution
                  step ptx-fast 60 python3 cli.py show sum --variant fast --ptx --solution ;;
+        timer-probe) step timer-probe 200 python3 benchmarks/timer_probe.py --out $R/timer-probe.md ;;
+        profile-time) step profile-time 300 python3 benchmarks/profile_time.py --repeat 2 --out $R/profile-time.md ;;
+        notebook) step pytest-cuda-notebook 200 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_notebook.py ;;
         nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
         *) echo "unknown step $s" ;;
     esac

@@ -67,7 +67,10 @@ def under_kplay() -> dict:
     found = {}
     for n in SIZES:
         cmd = [sys.executable, str(ROOT / "cli.py"), "run", "sum", "--device", "cuda", "--variant", "all", "--n", str(n), "--json"]
-        rec = json.loads(subprocess.run(cmd, capture_output=True, text=True).stdout)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"kplay failed at n = {n:.0e} (exit {done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+        rec = json.loads(done.stdout)
         found |= {(v["variant"], n): v["time"]["median_s"] for v in rec["variants"]}
         found[("torch.sum", n)] = rec["baselines"]["torch.sum"]["time"]["median_s"]
     return found

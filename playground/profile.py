@@ -46,11 +46,12 @@ def execute(req, on_event=events.ignore) -> "Profiled":
 
     from . import spec as specs
     from .build import build
-    from .runner import _inputs, resolve_device
+    from .runner import _inputs
 
+    if not torch.cuda.is_available():  # asked here, not in kplay's process: `import torch` there costs seconds
+        raise UsageError("kplay profile: no CUDA GPU is visible here")
     fam = req.load_family()
     spec = specs.load(fam)
-    resolve_device("cuda")
     chosen = fam.pick_variants("cuda", req.variant)
     built = {v.name: build(fam, v, req.params, on_event)[0] for v in chosen}
     dtype = getattr(torch, req.dtype)
@@ -175,22 +176,36 @@ def first_sentence(text: str) -> str:
 # ---- the parent: the profile, and ncu's figures matched to its kernels ------------------------------------
 
 def run(req, on_event=events.ignore, ncu: bool = True) -> dict:
-    """The profile record; with ncu, each kernel also gets ncu's figures (or a note says why not)."""
+    """The profile record; with ncu, each kernel also gets ncu's figures (or a note says why not). The child
+    under ncu starts beside the first (ncu and `import torch` take seconds) and gets its request, and so
+    touches the GPU, only once the first has finished."""
     from . import isolate
     from .toolchain import cuda_tool
 
-    result = isolate.run(req, on_event)
-    _rates(result)
     exe = cuda_tool("ncu") if ncu else None
-    result["ncu"] = "skipped (--no-ncu)" if not ncu else "ncu not found (PATH, the CUDA toolkit's bin)" if not exe else None
-    if exe:
+    if not exe:
+        result = isolate.run(req, on_event)
+        _rates(result)
+        result["ncu"] = "skipped (--no-ncu)" if not ncu else "ncu not found (PATH, the CUDA toolkit's bin)"
+        return result
+    first = {}
+
+    def profiled() -> None:
+        first["result"] = isolate.run(req, on_event)
         on_event(events.PHASE, phase="ncu")
-        result["ncu"] = _under_ncu(req, exe, result)
+
+    text, error = _under_ncu(req, exe, profiled)
+    if "result" not in first:  # the first child failed (a build error, a crash): that is the run's error
+        raise error
+    result = first["result"]
+    _rates(result)
+    # without the counters the call may still finish; any other failure is ncu's
+    result["ncu"] = f"the run under ncu failed: {error}" if error and "ERR_NVGPUCTRPERM" not in text else attach(result, text)
     return result
 
 
-def _under_ncu(req, exe: str, result: dict) -> str | None:
-    """The same call again, in a child under ncu; its figures go onto result's kernels (or a note says why not)."""
+def _under_ncu(req, exe: str, before) -> tuple[str, Exception | None]:
+    """ncu's CSV log of the call in a child under ncu that starts before `before()`, and the run's error."""
     import dataclasses
 
     from . import isolate
@@ -198,13 +213,12 @@ def _under_ncu(req, exe: str, result: dict) -> str | None:
 
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "ncu.csv"
+        error = None
         try:
-            isolate.run(dataclasses.replace(req, mode="nvtx"), under=[exe, *NCU_ARGS, "--log-file", str(log)])
-        except KplayError as e:  # without the counters the call may still finish; a crash here is ncu's
-            if not log.exists() or "ERR_NVGPUCTRPERM" not in log.read_text(errors="replace"):
-                return f"the run under ncu failed: {e}"
-        text = log.read_text(errors="replace") if log.exists() else ""
-    return attach(result, text)
+            isolate.run(dataclasses.replace(req, mode="nvtx"), under=[exe, *NCU_ARGS, "--log-file", str(log)], before=before)
+        except KplayError as e:
+            error = e
+        return (log.read_text(errors="replace") if log.exists() else ""), error
 
 
 def _rates(result: dict) -> None:

@@ -40,23 +40,14 @@ def text(output) -> str:
     return ANSI.sub("", output.get("text") or output.get("data", {}).get("text/plain", ""))
 
 
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    """The workshop notebook, then the bad cells around `x = 41` ... `print(x + 1)`, run by a fresh kernel.
-
-    The kernel is this interpreter's (a kernelspec on a private JUPYTER_PATH, whatever is installed for the
-    user); it inherits the session's KPLAY_CACHE, so every cell shares one build cache.
-    """
+def execute(nb, tmp_path_factory):
+    """Run nb in a fresh kernel: this interpreter's (a kernelspec on a private JUPYTER_PATH, whatever is
+    installed for the user). It inherits the session's KPLAY_CACHE, so every cell shares one build cache."""
     spec = tmp_path_factory.mktemp("jupyter")
     (spec / "kernels" / "kplay-test").mkdir(parents=True)
     (spec / "kernels" / "kplay-test" / "kernel.json").write_text(json.dumps(
         {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "kplay test",
          "language": "python"}))
-    nb = nbformat.read(ROOT / "examples" / "workshop.ipynb", as_version=4)
-    new = nbformat.v4.new_code_cell
-    nb.cells += [new("x = 41"), new("%kplay load sum --variant cpp --device cpu"),
-                 *(new(source, metadata={"tags": ["raises-exception"], "case": case}) for case, (source, _) in FAILING.items()),
-                 new("print(x + 1)")]
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(spec)
     try:
@@ -65,6 +56,28 @@ def executed(tmp_path_factory):
     finally:
         os.environ.pop("JUPYTER_PATH") if old is None else os.environ.update(JUPYTER_PATH=old)
     return nb
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """The workshop notebook, then the bad cells around `x = 41` ... `print(x + 1)`."""
+    nb = nbformat.read(ROOT / "examples" / "workshop.ipynb", as_version=4)
+    new = nbformat.v4.new_code_cell
+    nb.cells += [new("x = 41"), new("%kplay load sum --variant cpp --device cpu"),
+                 *(new(source, metadata={"tags": ["raises-exception"], "case": case}) for case, (source, _) in FAILING.items()),
+                 new("print(x + 1)")]
+    return execute(nb, tmp_path_factory)
+
+
+@pytest.mark.cuda
+def test_a_cuda_cell_runs_its_kernel_on_the_gpu(tmp_path_factory):
+    fast = (ROOT / "snippets" / "sum" / "sum_fast.cu").read_text()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%load_ext playground"),
+                                         nbformat.v4.new_code_cell("%%kplay run sum --variant fast --n 1e7\n" + fast)])
+    run = execute(nb, tmp_path_factory).cells[1]
+    shown = "\n".join(text(o) for o in run.outputs)
+    assert [o.output_type for o in run.outputs] == ["display_data"], shown
+    assert "sum · cuda · float32" in shown and re.search(r"fast\s+PASS", shown) and "×torch.sum" in shown
 
 
 def cell(nb, start: str):
