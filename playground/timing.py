@@ -14,6 +14,7 @@ MIN_SAMPLES = 30
 MAX_SAMPLES = 2000
 NOISE_TARGET = 0.01  # sampling stops once every contender's noise is below this (or the budget is spent)
 MIN_CLOCK = 0.75  # samples taken while the SM clock was below this share of its maximum are dropped (nvbench's)
+HOLD_S = (50e-6, 1e-3)  # the GPU spins this long at least (and at most) before each timed call: see _holder
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,17 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False,
     events = cuda and not wall
     if events:
         fns[EMPTY] = [(tuple, lambda: None)]  # what the device-wide sync after the end event costs alone
-    flush = _l2_flusher() if events and not warm else None
+    host = []
     for pairs in fns.values():  # warm-up: caches, lazy init, allocator; three calls, on the inputs in turn
-        for prepare, run in (pairs * 3)[:3]:
-            run(*prepare())
+        for i, (prepare, run) in enumerate((pairs * 3)[:3]):
+            args = prepare()
+            t = time.perf_counter()
+            run(*args)
+            host += [time.perf_counter() - t] if i else []  # the first call's lazy init is not a launch
     if cuda:
         torch.cuda.synchronize()
     clock = _SmClock() if cuda else None
+    flush = _holder(max(host), clock) if events and not warm else None
     samples: dict[str, list] = {k: [] for k in fns}
     start, rounds = time.perf_counter(), 0
     turn = _turns(fns)
@@ -132,7 +137,7 @@ def _turn(prepare, run, warm: bool, cuda: bool, events: bool, flush):
 def _method(cuda: bool, wall: bool, flush, warm: bool) -> str:
     method = "perf_counter" if not cuda else "synchronized wall clock" if wall else "CUDA events"
     if flush:
-        method += ", L2 flushed"
+        method += f", L2 flushed, queued behind a {flush.hold_s * 1e6:.0f} µs GPU spin"
     if warm:
         method += ", each call after one of its own, from an idle GPU" if cuda else ", each call after one of its own"
     return method
@@ -214,15 +219,26 @@ def _nvml_handle():
         return None, None, None
 
 
-def _l2_flusher():
-    """Between samples, overwrite twice the L2 so a small input is read from memory, as in real use. Large
-    inputs get it too: the GPU is then busy while the call is launched, so the launch's host time stays
-    outside the events (without it, an idle GPU fires the start event at once: +6 µs at n=1e8 on the H200)."""
+def _holder(host_s: float, clock):
+    """What runs before each timed call: a flush of the L2 (twice its size overwritten, so a small input is
+    read from memory, as in real use), then a GPU spin of four times the longest host time of one call
+    (HOLD_S bounds it). The GPU is busy while the call is launched, so the start event fires only once the
+    call is queued behind it: the launch's host time stays out of the events however slow the host is, as
+    behind nvbench's blocking kernel. (Without it, the events read up to 2.5x nvbench's median on the H200:
+    a host path longer than the flush left the GPU idle at the start event.)"""
     import torch
 
     l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 64 << 20)
     junk = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
-    return junk.zero_
+    hold_s = min(max(4 * host_s, HOLD_S[0]), HOLD_S[1])
+    cycles = int(hold_s * (clock.max_mhz or 2000) * 1e6)  # a lower clock than this spins longer, never shorter
+
+    def flush():
+        junk.zero_()
+        torch.cuda._sleep(cycles)
+
+    flush.hold_s = hold_s
+    return flush
 
 
 def copy_bandwidth(device: str) -> float:

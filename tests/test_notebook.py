@@ -42,12 +42,13 @@ def text(output) -> str:
 
 def execute(nb, tmp_path_factory):
     """Run nb in a fresh kernel: this interpreter's (a kernelspec on a private JUPYTER_PATH, whatever is
-    installed for the user). It inherits the session's KPLAY_CACHE, so every cell shares one build cache."""
+    installed for the user), with this checkout on its path (the GPU box runs it uninstalled). It inherits
+    the session's KPLAY_CACHE, so every cell shares one build cache."""
     spec = tmp_path_factory.mktemp("jupyter")
     (spec / "kernels" / "kplay-test").mkdir(parents=True)
     (spec / "kernels" / "kplay-test" / "kernel.json").write_text(json.dumps(
         {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"], "display_name": "kplay test",
-         "language": "python"}))
+         "language": "python", "env": {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}}))
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(spec)
     try:

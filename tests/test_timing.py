@@ -1,7 +1,9 @@
 """Issue 16: timing that no kernel can fool (fresh inputs, every call checked, every stream, noise, clocks)."""
 
 import json
+import re
 import statistics
+import time
 
 import pytest
 import torch
@@ -138,6 +140,24 @@ def test_a_large_input_is_timed_without_the_launch_in_the_events():
     end.synchronize()
     queued = begin.elapsed_time(end) / 1e3 / 50
     assert ours < 1.03 * queued, (ours, queued)
+
+
+@pytest.mark.cuda
+def test_a_slow_host_path_stays_out_of_the_events():
+    """A call that spends 200 µs on the host before its kernel times as the kernel alone: the GPU spins
+    behind the flush until the call is queued (at n=1e7 the flush alone covered 30 µs of host time)."""
+    x = torch.randn(10**7, device="cuda")
+
+    def slow():
+        until = time.perf_counter() + 200e-6
+        while time.perf_counter() < until:
+            pass
+        return torch.sum(x)
+
+    stats = bench({"plain": lambda: torch.sum(x), "slow": slow}, "cuda", budget_s=0.3)
+    assert stats["slow"].median_s < 1.05 * stats["plain"].median_s, stats
+    spin = re.search(r"queued behind a (\d+) µs GPU spin", stats["plain"].method)
+    assert spin and int(spin[1]) >= 800, stats["plain"].method  # four times the slowest host path
 
 
 @pytest.mark.cuda
