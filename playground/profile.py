@@ -17,7 +17,7 @@ from pathlib import Path
 from . import events, resources
 from .errors import UsageError
 
-GPU_WORK = {"kernel": "kernel", "gpu_memset": "memset", "gpu_memcpy": "memcpy"}
+GPU_WORK = dict(zip(resources.GPU_WORK, ("kernel", "memset", "memcpy")))  # a trace category -> the kind shown
 RANGE = "kplay"  # the NVTX range around the profiled call; ncu --nvtx-include "kplay/"
 NCU_ARGS = ["--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none", "--section", "SpeedOfLight",
             "--section", "Occupancy", "--csv", "--page", "details", "--target-processes", "all"]
@@ -59,12 +59,14 @@ def execute(req, on_event=events.ignore) -> "Profiled":
     calls = [("variant", v, spec.function(ops, v)) for v, ops in built.items()]
     calls += [("baseline", b, fn) for b, fn in list(spec.baselines.items())[:1]]
     on_event(events.PHASE, phase="profile")
-    profiled = []
-    for kind, name, fn in calls:
-        steps = spec.timings(fn, inputs)
-        _warm(steps)
-        work = [dict(k, step=label) for label, step in steps.items() for k in _one_call(step, req.mode == "nvtx")]
-        profiled.append({"kind": kind, "name": name, "kernels": work})
+    steps = [(kind, name, spec.timings(fn, inputs)) for kind, name, fn in calls]
+    for _, _, each in steps:
+        _warm(each)
+    labelled = [(i, label, step) for i, (_, _, each) in enumerate(steps) for label, step in each.items()]
+    work = _calls([step for _, _, step in labelled], req.mode == "nvtx")
+    profiled = [{"kind": kind, "name": name, "kernels": []} for kind, name, _ in steps]
+    for (i, label, _), records in zip(labelled, work):
+        profiled[i]["kernels"] += [dict(k, step=label) for k in records]
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else None
     return Profiled({"family": fam.name, "device": torch.cuda.get_device_name(), "dtype": req.dtype,
                      "sizes": {k: v for k, v in req.sizes.items() if k in fam.sizes}, "params": req.params,
@@ -91,28 +93,29 @@ def _warm(steps: dict) -> None:
     torch.cuda.synchronize()
 
 
-def _one_call(step, nvtx: bool) -> list[dict]:
-    """The GPU work of one call: torch.profiler's records, or (under ncu) the call in the NVTX range."""
+def _calls(steps: list, nvtx: bool) -> list[list[dict]]:
+    """The GPU work of one call of each step, from one torch.profiler pass; under ncu, each call in the
+    NVTX range instead (and no records: ncu's log has them)."""
     import torch
 
-    prepare, run = step
-    args = prepare()
+    calls = [(run, prepare()) for prepare, run in steps]
     torch.cuda.synchronize()
-    if nvtx:
+    if not nvtx:
+        return [gpu_work(e) for e in resources.trace_each([lambda run=run, args=args: run(*args) for run, args in calls])]
+    for run, args in calls:
         torch.cuda.nvtx.range_push(RANGE)
         run(*args)
         torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
-        return []
-    return gpu_work(resources.trace(lambda: run(*args)))
+    return [[] for _ in calls]
 
 
 # ---- parsers (tested against the GPU box's real output in tests/data) --------------------------------------
 
-def gpu_work(trace: dict) -> list[dict]:
-    """The kernels, memsets and copies of a chrome trace, in launch order, with what launched them."""
+def gpu_work(work: list[dict]) -> list[dict]:
+    """The kernels, memsets and copies among a chrome trace's events, in launch order, with what launched them."""
     rows = []
-    for e in sorted((e for e in trace.get("traceEvents", []) if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
+    for e in sorted((e for e in work if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
         a = e.get("args", {})
         kind = GPU_WORK[e["cat"]]
         rows.append({"kind": kind, "name": e["name"], "short": short_name(e["name"]) if kind == "kernel" else kind,

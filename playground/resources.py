@@ -288,9 +288,37 @@ def trace(call) -> dict:
         return json.loads(path.read_text())
 
 
-def profile(call) -> list[dict]:
-    """The kernels one call launches, from one profiled pass."""
-    return launches(trace(call).get("traceEvents", []))
+GPU_WORK = ("kernel", "gpu_memset", "gpu_memcpy")  # a chrome trace's categories of work done on the GPU
+SEPARATOR = "spin_kernel"  # torch.cuda._sleep's kernel, launched between the calls of one pass
+
+
+def trace_each(calls: list) -> list[list[dict]]:
+    """The GPU work (trace events, in launch order) of each call, from one torch.profiler pass: CUPTI is
+    set up and torn down once, as a second pass after a teardown records no kernels (torch 2.11 on the
+    H200). A short spin kernel, each call after it, marks where one call's work ends and the next begins."""
+    import torch
+
+    def each() -> None:
+        for call in calls:
+            torch.cuda._sleep(1000)
+            torch.cuda.synchronize()
+            call()
+            torch.cuda.synchronize()
+
+    return split(trace(each).get("traceEvents", []), len(calls))
+
+
+def split(trace_events: list[dict], count: int) -> list[list[dict]]:
+    """The GPU work after each of the `count` separators, in launch order."""
+    groups = []
+    for e in sorted((e for e in trace_events if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
+        if SEPARATOR in e["name"]:
+            groups.append([])
+        elif groups:
+            groups[-1].append(e)
+    if len(groups) != count:
+        raise RuntimeError(f"the profiler saw {len(groups)} of {count} calls")
+    return groups
 
 
 def launched(built: list[dict], records: list[dict], gpu: Device) -> list[dict]:

@@ -263,8 +263,10 @@ def _profile(result: RunResult, steps: dict) -> None:
     """One profiled call of each contender, after the timing: its kernels as launched, with their occupancy."""
     try:
         gpu = resources.Device.current()
-        for (kind, name), labelled in steps.items():
-            records = resources.profile(lambda steps=labelled: [run(*prepare()) for prepare, run in map(as_pair, steps.values())])
+        calls = [[(run, prepare()) for prepare, run in map(as_pair, labelled.values())] for labelled in steps.values()]
+        traced = resources.trace_each([lambda call=call: [run(*args) for run, args in call] for call in calls])
+        for ((kind, name), _), work in zip(steps.items(), traced):
+            records = resources.launches(work)
             if kind == "baseline":
                 result.baselines[name].kernels = resources.launched([], records, gpu)
             else:

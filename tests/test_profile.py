@@ -15,7 +15,7 @@ N = 10**8  # the fixtures' size: one call at n = 1e8, float32
 
 
 def trace(name: str) -> list[dict]:
-    return profile.gpu_work(json.loads((DATA / f"trace-{name}.json").read_text()))
+    return profile.gpu_work(json.loads((DATA / f"trace-{name}.json").read_text())["traceEvents"])
 
 
 def ncu_text() -> str:
@@ -33,6 +33,23 @@ def test_profiler_records_give_each_kernel_its_time_and_launch():
 def test_a_multi_pass_kernel_lists_every_pass_in_launch_order():
     grids = [k["grid"][0] for k in trace("tree")]
     assert grids == [390625, 1526, 6, 1]  # 1e8 / 256, then / 256 again, down to one block
+
+
+def test_one_pass_over_several_calls_splits_at_the_spin_kernels():
+    """kplay profiles every contender in one torch.profiler pass (a second pass after CUPTI's teardown
+    records nothing), a spin kernel before each call: the work after each spin is that call's."""
+    from playground import resources
+
+    spin = lambda ts: {"cat": "kernel", "name": "at::cuda::(anonymous namespace)::spin_kernel(long)", "ts": ts, "dur": 1}
+    calls = [json.loads((DATA / f"trace-{name}.json").read_text())["traceEvents"] for name in ("tree", "fast")]
+    shifted = [dict(e, ts=e["ts"] + 1e7) for e in calls[1] if "ts" in e]  # the second call, later
+    first_ts = min(e["ts"] for e in calls[0] if e.get("cat") == "kernel")
+    events = [*shifted, spin(first_ts - 10), *calls[0], spin(first_ts + 5e6)]  # out of order, as a trace may be
+    tree, fast = resources.split(events, 2)
+    assert [k["grid"][0] for k in profile.gpu_work(tree)] == [390625, 1526, 6, 1]
+    assert [k["kind"] for k in profile.gpu_work(fast)] == ["memset", "kernel"]
+    with pytest.raises(RuntimeError, match="the profiler saw 2 of 3 calls"):
+        resources.split(events, 3)
 
 
 def test_a_long_template_name_is_cut_to_fit_a_column():

@@ -183,7 +183,7 @@ def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_sho
     where.mkdir(parents=True, exist_ok=True)
     resources.save(where, TREE_PTXAS)
     monkeypatch.setattr(resources.Device, "current", classmethod(lambda cls: H200))
-    monkeypatch.setattr(resources, "profile", lambda call: resources.launches(profiled()[call()[0]]))
+    monkeypatch.setattr(resources, "trace_each", lambda calls: [profiled()[call()[0]] for call in calls])
     check = Check(True, 0.0, 1.0, "tree bound", [], ["n=100000000"])
     tree = runner.VariantResult(variant="tree", note="", build=BuildInfo("kplay_sum_tree_fake", 0.0, True), check=check)
     result = runner.RunResult("sum", "cuda", "float32", 0, {"n": 10**8}, {"threads": 256}, "2.11",
@@ -203,11 +203,11 @@ def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_sho
 def test_a_profiler_that_fails_is_a_warning_not_a_failed_run(monkeypatch):
     from playground import runner
 
-    def broken(call):
+    def broken(calls):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore")
 
     monkeypatch.setattr(resources.Device, "current", classmethod(lambda cls: H200))
-    monkeypatch.setattr(resources, "profile", broken)
+    monkeypatch.setattr(resources, "trace_each", broken)
     result = runner.RunResult("sum", "cuda", "float32", 0, {"n": 1}, {}, "2.11",
                               baselines={"torch.sum": runner.BaselineResult(name="torch.sum")})
     runner._profile(result, {("baseline", "torch.sum"): {"sum": lambda: None}})
