@@ -556,7 +556,7 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
     target = Path(folder or fam.name)
     starter = _is_exercise(fam) and not solution
     for f in write(fam, target, chosen, fam.parse_params(param or []), force, starter=starter):
-        out.print(f"wrote {f}")
+        out.print(f"wrote {f}", soft_wrap=True)  # a long path stays one line, to copy
     out.print(f"edit the sources, then: [b]kplay run {_as_path(target)}[/b]")
 
 
@@ -568,7 +568,7 @@ def new(name: str, folder: Folder = None, force: Force = False):
 
     target = Path(folder or name)
     for f in write(name, target, force):
-        out.print(f"wrote {f}")
+        out.print(f"wrote {f}", soft_wrap=True)
     out.print(f"try it: [b]kplay run {_as_path(target)}[/b]")
 
 
@@ -584,7 +584,7 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
     dev = "cuda" if device == Device.auto else device.value
     v = fam.variant(variant) if variant else fam.pick_variants(dev, None)[0]
     for f in write(fam, Path(folder), v, fam.parse_params(param or []), force):
-        out.print(f"wrote {f}")
+        out.print(f"wrote {f}", soft_wrap=True)
     python = Path(sys.executable)
     out.print(f"build and test it: [b]{python} -m pip install --no-build-isolation {folder} && "
               f"{python} -m pytest {folder}/tests[/b]")
@@ -604,7 +604,7 @@ def start(name: Annotated[str, typer.Argument(help="NAME or NAME/VARIANT, e.g. s
     with _progress():
         written = exercise.start(fam, v, folder, fam.parse_params(param or []), force)
     for f in written:
-        out.print(f"wrote {f}")
+        out.print(f"wrote {f}", soft_wrap=True)
     out.print(f"fill in the TODOs, then: [b]kplay check {_as_path(folder)}[/b] (stuck? [b]kplay hint {_as_path(folder)}[/b])")
 
 
@@ -670,7 +670,7 @@ def board(results: Results = None,
     b.targets(out_dir)  # a file kplay did not write is refused before the table
     out.print(b.table(groups))
     for written in b.write(groups, out_dir):
-        out.print(f"wrote {written}", highlight=False)
+        out.print(f"wrote {written}", highlight=False, soft_wrap=True)
 
 
 def _as_path(folder) -> str:

@@ -72,17 +72,9 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False,
     events = cuda and not wall
     if events:
         fns[EMPTY] = [(tuple, lambda: None)]  # what the device-wide sync after the end event costs alone
-    host = []
-    for pairs in fns.values():  # warm-up: caches, lazy init, allocator; three calls, on the inputs in turn
-        for i, (prepare, run) in enumerate((pairs * 3)[:3]):
-            args = prepare()
-            t = time.perf_counter()
-            run(*args)
-            host += [time.perf_counter() - t] if i else []  # the first call's lazy init is not a launch
-    if cuda:
-        torch.cuda.synchronize()
+    host_s = _warm_up(fns, cuda)
     clock = _SmClock() if cuda else None
-    flush = _holder(max(host), clock) if events and not warm else None
+    flush = _holder(host_s, clock) if events and not warm else None
     samples: dict[str, list] = {k: [] for k in fns}
     start, rounds = time.perf_counter(), 0
     turn = _turns(fns)
@@ -100,6 +92,23 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False,
         empty = stats.pop(EMPTY)
         stats = {k: dataclasses.replace(v, tail_floor_s=empty.tail_s) for k, v in stats.items()}
     return stats
+
+
+def _warm_up(fns: dict, cuda: bool) -> float:
+    """Three calls of each contender, on its inputs in turn (caches, lazy init, the allocator); returns the
+    longest host time of one call, leaving out each first call (its lazy init is not a launch)."""
+    import torch
+
+    host = []
+    for pairs in fns.values():
+        for i, (prepare, run) in enumerate((pairs * 3)[:3]):
+            args = prepare()
+            t = time.perf_counter()
+            run(*args)
+            host += [time.perf_counter() - t] if i else []
+    if cuda:
+        torch.cuda.synchronize()
+    return max(host)
 
 
 def _turns(fns: dict):
