@@ -9,24 +9,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, wall  # first: it puts the repository on sys.path; wall: a failing command ends the run
 
 FLOOR = "import torch; x = torch.ones(1, device='cuda'); torch.cuda.nvtx.range_push('kplay'); x.sum(); " \
         "torch.cuda.nvtx.range_pop(); torch.cuda.synchronize()"
-
-
-def wall(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode:
-        print(" ".join(cmd), "failed:", done.stderr[-2000:], file=sys.stderr)
-    return time.perf_counter() - start
 
 
 def phases() -> dict:
