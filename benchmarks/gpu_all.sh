@@ -3,7 +3,8 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-par + tests-serial, each under 10 minutes) watch ladder sum linear lltm lltm-cli rebuild sweeps insight cheats nvbench (early: quick)
+#     steps: tests (or tests-par + tests-serial, each under 10 minutes) notebook watch ladder sum linear lltm lltm-cli
+#            rebuild sweeps insight nvbench timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
