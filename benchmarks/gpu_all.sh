@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes) notebook watch ladder sum linear lltm lltm-cli
-#            rebuild sweeps insight nvbench timer-probe profile-time quick
+#            rebuild sweeps insight nvbench nvbench-gap timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -50,6 +50,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         profile-time) step profile-time 300 python3 benchmarks/profile_time.py --repeat 2 --out $R/profile-time.md ;;
         notebook) step pytest-cuda-notebook 200 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_notebook.py ;;
         nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
+        nvbench-gap) step nvbench-gap 240 python3 benchmarks/nvbench_gap.py --out $R/nvbench-gap.md ;;
         *) echo "unknown step $s" ;;
     esac
 done

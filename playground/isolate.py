@@ -27,22 +27,16 @@ SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal
            signal.SIGKILL: "killed (out of memory?)"}
 
 
-def run(request: Request, on_event=events.ignore, under: list[str] = (), env: dict | None = None,
-        before=None) -> dict:
+def run(request: Request, on_event=events.ignore, under: list[str] = (), env: dict | None = None) -> dict:
     """The result record as a dict; a failure in the child comes back as the same KplayError.
 
     `under` is a tool's command line (compute-sanitizer, ncu) that starts the worker, `env` what it adds to
     the worker's environment. A tool need not pass an inherited pipe on, so then the worker writes to a file.
-    `before()` runs while the worker starts (the tool, `import torch`), before it gets the request and so
-    before it touches the GPU; what it raises ends the worker and the run.
     """
     with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(prefix="kplay-channel-") as channel:
-        child, read = _start(request, log, channel.name, under, env, send=before is None)
+        child, read = _start(request, log, channel.name, under, env)
         try:
             with _ending_kills_the_child():
-                if before:
-                    before()
-                    _send(child, request)
                 reply, phase = _listen(read, child, request.timeout, on_event, follow=bool(under))
                 if under and not reply.get("timeout"):
                     _let_finish(child)
@@ -77,10 +71,10 @@ def _let_finish(child) -> None:
         pass
 
 
-def _start(request: Request, log, channel: str, under: list[str], env: dict | None, send: bool = True):
-    """The worker (under the tool, if any), the request on its stdin unless not `send`; returns it and the
+def _start(request: Request, log, channel: str, under: list[str], env: dict | None):
+    """The worker (under the tool, if any), the request on its stdin; returns it and the
     descriptor to read. Inside `warm()`, a plain run's worker is forked by the zygote instead."""
-    if _zygote and send and not under and not env and threading.current_thread() is _zygote.thread:
+    if _zygote and not under and not env and threading.current_thread() is _zygote.thread:
         read, write = os.pipe()
         try:
             return _zygote.start(request.to_json(), write, log.fileno()), read
@@ -101,8 +95,7 @@ def _start(request: Request, log, channel: str, under: list[str], env: dict | No
                              stdout=log, stderr=log, pass_fds=fds, env=env, start_new_session=True)
     if not under:
         os.close(write)
-    if send:
-        _send(child, request)
+    _send(child, request)
     return child, read
 
 

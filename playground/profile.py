@@ -1,9 +1,10 @@
 """`kplay profile`: one call at the requested size, after a warm-up, and the kernels it launched.
 
-Always: torch.profiler's records (GPU time, launch configuration, registers, shared memory), any GPU,
-no privileges. Where ncu is present and may read the counters: a second child under ncu, the same call
-in an NVTX range, for the speed-of-light and occupancy figures. The family's first baseline is profiled
-beside the variant.
+Where ncu is present and may read the counters: one child under ncu, each call in an NVTX range, gives every
+kernel's time, launch configuration, registers and shared memory, with the speed-of-light and occupancy
+figures. Otherwise (no ncu, no access to the counters, ncu failed) torch.profiler's records, any GPU, no
+privileges, with a note saying why ncu's figures are missing. The family's first baseline is profiled beside
+the variant.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ METRICS = {  # ncu's metric name -> the record's key
     "Memory Throughput": "memory_pct", "Compute (SM) Throughput": "compute_pct", "DRAM Throughput": "dram_pct",
     "L2 Cache Throughput": "l2_pct", "Achieved Occupancy": "achieved_occupancy_pct",
     "Theoretical Occupancy": "theoretical_occupancy_pct", "Duration": "duration_ns",
+    "Registers Per Thread": "registers", "Static Shared Memory Per Block": "static_shared_bytes",
+    "Dynamic Shared Memory Per Block": "dynamic_shared_bytes",
 }
+ADMIN_ONLY = Path("/proc/driver/nvidia/params")  # "RmProfilingAdminOnly: 1": the counters are for root alone
 
 
 # ---- the child: the call, profiled ------------------------------------------------------------------------
@@ -68,9 +72,10 @@ def execute(req, on_event=events.ignore) -> "Profiled":
     for (i, label, _), records in zip(labelled, work):
         profiled[i]["kernels"] += [dict(k, step=label) for k in records]
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else None
+    calls = {"calls": [[i, label] for i, label, _ in labelled]} if req.mode == "nvtx" else {}  # ncu's, in order
     return Profiled({"family": fam.name, "device": torch.cuda.get_device_name(), "dtype": req.dtype,
                      "sizes": {k: v for k, v in req.sizes.items() if k in fam.sizes}, "params": req.params,
-                     "nbytes": nbytes, "peak_gbps": peak_gbps(), "contenders": profiled})
+                     "nbytes": nbytes, "peak_gbps": peak_gbps(), "contenders": profiled} | calls)
 
 
 class Profiled:
@@ -95,7 +100,7 @@ def _warm(steps: dict) -> None:
 
 def _calls(steps: list, nvtx: bool) -> list[list[dict]]:
     """The GPU work of one call of each step, from one torch.profiler pass; under ncu, each call in the
-    NVTX range instead (and no records: ncu's log has them)."""
+    NVTX range after a spin kernel, which marks where its kernels begin in ncu's log (and no records here)."""
     import torch
 
     calls = [(run, prepare()) for prepare, run in steps]
@@ -104,6 +109,7 @@ def _calls(steps: list, nvtx: bool) -> list[list[dict]]:
         return [gpu_work(e) for e in resources.trace_each([lambda run=run, args=args: run(*args) for run, args in calls])]
     for run, args in calls:
         torch.cuda.nvtx.range_push(RANGE)
+        torch.cuda._sleep(1000)
         run(*args)
         torch.cuda.nvtx.range_pop()
         torch.cuda.synchronize()
@@ -150,7 +156,8 @@ def ncu_kernels(text: str) -> list[dict]:
     header, kernels = rows[0], {}
     for row in rows[1:]:
         r = dict(zip(header, row))
-        k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"], "short": short_name(r["Kernel Name"]), "hints": []})
+        k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"], "short": short_name(r["Kernel Name"]), "hints": [],
+                                         "grid": _triple(r.get("Grid Size")), "block": _triple(r.get("Block Size"))})
         if r.get("Metric Name") in METRICS:
             k[METRICS[r["Metric Name"]]] = _number(r["Metric Value"])
         if r.get("Rule Type") in ("OPT", "INF") and r.get("Rule Description"):
@@ -160,6 +167,12 @@ def ncu_kernels(text: str) -> list[dict]:
         best = next((d for t, d in hints if t == "OPT"), None) or next((d for _, d in hints), None)
         k["hint"] = first_sentence(best) if best else None
     return list(kernels.values())
+
+
+def _triple(text: str | None) -> list[int] | None:
+    """ncu's '(1, 763, 1)' -> [1, 763, 1]."""
+    found = re.findall(r"\d+", text or "")
+    return [int(d) for d in found] if len(found) == 3 else None
 
 
 def _number(text: str) -> float | None:
@@ -179,36 +192,45 @@ def first_sentence(text: str) -> str:
 # ---- the parent: the profile, and ncu's figures matched to its kernels ------------------------------------
 
 def run(req, on_event=events.ignore, ncu: bool = True) -> dict:
-    """The profile record; with ncu, each kernel also gets ncu's figures (or a note says why not). The child
-    under ncu starts beside the first (ncu and `import torch` take seconds) and gets its request, and so
-    touches the GPU, only once the first has finished."""
+    """The profile record: from one child under ncu where it can read the counters; else from a child under
+    torch.profiler, with a note in "ncu" saying why ncu's figures are missing (None when they are there)."""
     from . import isolate
+    from .errors import BuildError
     from .toolchain import cuda_tool
 
     exe = cuda_tool("ncu") if ncu else None
-    if not exe:
-        result = isolate.run(req, on_event)
-        _rates(result)
-        result["ncu"] = "skipped (--no-ncu)" if not ncu else "ncu not found (PATH, the CUDA toolkit's bin)"
-        return result
-    first = {}
-
-    def profiled() -> None:
-        first["result"] = isolate.run(req, on_event)
+    note = ("skipped (--no-ncu)" if not ncu else "ncu not found (PATH, the CUDA toolkit's bin)" if not exe
+            else counters_locked())
+    if note is None:
         on_event(events.PHASE, phase="ncu")
-
-    text, error = _under_ncu(req, exe, profiled)
-    if "result" not in first:  # the first child failed (a build error, a crash): that is the run's error
-        raise error
-    result = first["result"]
+        result, text, error = _under_ncu(req, exe, on_event)
+        if isinstance(error, (BuildError, UsageError)):  # the student's build, a bad request: the same in any child
+            raise error
+        if result:
+            note = from_ncu(result, text)
+        else:
+            note = NO_COUNTERS if "ERR_NVGPUCTRPERM" in text else f"the run under ncu failed: {error}"
+        if note is None:
+            _rates(result)
+            return result | {"ncu": None}
+    result = isolate.run(req, on_event)  # a crash here is the run's error; under ncu it was only ncu's
     _rates(result)
-    # without the counters the call may still finish; any other failure is ncu's
-    result["ncu"] = f"the run under ncu failed: {error}" if error and "ERR_NVGPUCTRPERM" not in text else attach(result, text)
-    return result
+    return result | {"ncu": note}
 
 
-def _under_ncu(req, exe: str, before) -> tuple[str, Exception | None]:
-    """ncu's CSV log of the call in a child under ncu that starts before `before()`, and the run's error."""
+def counters_locked() -> str | None:
+    """NO_COUNTERS where the driver keeps the GPU's counters for root and this is not root; else None (try)."""
+    import os
+
+    try:
+        locked = "RmProfilingAdminOnly: 1" in ADMIN_ONLY.read_text()
+    except OSError:  # no such file (not Linux, no driver): ncu will say
+        return None
+    return NO_COUNTERS if locked and os.geteuid() != 0 else None
+
+
+def _under_ncu(req, exe: str, on_event) -> tuple[dict | None, str, Exception | None]:
+    """The child's record under ncu (None if it failed), ncu's CSV log, and the child's error."""
     import dataclasses
 
     from . import isolate
@@ -216,16 +238,17 @@ def _under_ncu(req, exe: str, before) -> tuple[str, Exception | None]:
 
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "ncu.csv"
-        error = None
+        result, error = None, None
         try:
-            isolate.run(dataclasses.replace(req, mode="nvtx"), under=[exe, *NCU_ARGS, "--log-file", str(log)], before=before)
+            under = [exe, *NCU_ARGS, "--log-file", str(log)]
+            result = isolate.run(dataclasses.replace(req, mode="nvtx"), on_event, under=under)
         except KplayError as e:
             error = e
-        return (log.read_text(errors="replace") if log.exists() else ""), error
+        return result, (log.read_text(errors="replace") if log.exists() else ""), error
 
 
 def _rates(result: dict) -> None:
-    """Each contender's GPU time (its kernels, memsets and copies added up), GB/s and % of peak."""
+    """Each contender's GPU time (its kernels, and any memsets and copies, added up), GB/s and % of peak."""
     for c in result["contenders"]:
         total = sum(k["us"] for k in c["kernels"])
         for k in c["kernels"]:
@@ -235,19 +258,38 @@ def _rates(result: dict) -> None:
         c["pct_peak"] = 100 * c["gbps"] / result["peak_gbps"] if c["gbps"] and result["peak_gbps"] else None
 
 
-def attach(result: dict, text: str) -> str | None:
-    """Give each kernel of the profile ncu's record, in launch order; a note when that cannot be done."""
+def from_ncu(result: dict, text: str) -> str | None:
+    """Give each contender the kernels ncu profiled in its calls (each call's begin at a spin kernel, in
+    launch order); None, or a note saying why that cannot be done."""
+    calls = result.pop("calls", [])
     if "ERR_NVGPUCTRPERM" in text:
         return NO_COUNTERS
-    found = ncu_kernels(text)
-    ours = [k for c in result["contenders"] for k in c["kernels"] if k["kind"] == "kernel"]
-    if not found:
+    groups = []
+    for k in ncu_kernels(text):
+        if resources.SEPARATOR in k["name"]:
+            groups.append([])
+        elif groups:
+            groups[-1].append(k)
+    if not any(groups):
         return "ncu profiled no kernel" + (f": {_last_error(text)}" if _last_error(text) else "")
-    if len(found) != len(ours):
-        return f"ncu saw {len(found)} kernels, the profiler {len(ours)}: its figures are left out"
-    for k, n in zip(ours, found):
-        k["ncu"] = n
+    if len(groups) != len(calls):
+        return f"ncu saw {len(groups)} of the {len(calls)} calls: its figures are left out"
+    for (i, step), group in zip(calls, groups):
+        result["contenders"][i]["kernels"] += [_kernel(k, step) for k in group]
     return None
+
+
+def _kernel(n: dict, step: str) -> dict:
+    """A kernel's row from ncu's record (which it keeps under "ncu")."""
+    shared = [n.get("static_shared_bytes"), n.get("dynamic_shared_bytes")]
+    return {"kind": "kernel", "name": n["name"], "short": n["short"], "step": step,
+            "us": (n.get("duration_ns") or 0.0) / 1e3, "grid": n["grid"], "block": n["block"],
+            "registers": _int(n.get("registers")), "shared_bytes": None if None in shared else int(sum(shared)),
+            "occupancy_pct": n.get("achieved_occupancy_pct"), "ncu": n}
+
+
+def _int(x: float | None) -> int | None:
+    return None if x is None else int(x)
 
 
 def _last_error(text: str) -> str:

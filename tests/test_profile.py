@@ -1,5 +1,7 @@
 """kplay profile: the parsers against the GPU box's real output (tests/data), the CLI's errors, the GPU path."""
 
+import csv
+import io
 import json
 import time
 from pathlib import Path
@@ -96,41 +98,77 @@ def test_the_call_s_gb_per_s_is_its_bytes_over_its_gpu_time():
     assert fast["kernels"][1]["share_pct"] == pytest.approx(100 * 90.688 / 91.52)
 
 
-def test_ncu_figures_go_to_the_kernels_in_launch_order():
+def ncu_with_spins(starts=("0", "1", "5")) -> str:
+    """The real log with a spin kernel's row before each call's first kernel (IDs 0: torch.sum, 1: tree's four
+    passes, 5: fast), as the child launches one in the NVTX range before each call."""
+    out, seen = [], set()
+    for ln in ncu_text().splitlines():
+        row = next(csv.reader([ln])) if ln.startswith('"') else None
+        if row and row[0] in starts and row[0] not in seen:
+            seen.add(row[0])
+            spin = io.StringIO()
+            csv.writer(spin, quoting=csv.QUOTE_ALL, lineterminator="").writerow(
+                [f"spin{row[0]}", *row[1:6], "void at::cuda::(anonymous namespace)::spin_kernel(long)", *row[7:]])
+            out.append(spin.getvalue())
+        out.append(ln)
+    return "\n".join(out) + "\n"
+
+
+def bare(calls: int = 3) -> dict:
+    """The record the child under ncu sends: no kernels yet, and which contender made each call, in order."""
     r = profiled()
-    assert profile.attach(r, ncu_text()) is None
-    fast_kernel = r["contenders"][2]["kernels"][1]
-    assert fast_kernel["ncu"]["memory_pct"] == 89.30
-    assert "ncu" not in r["contenders"][2]["kernels"][0]  # ncu profiles kernels, not memsets
-    assert [k["ncu"]["short"] for k in r["contenders"][1]["kernels"]] == ["sum_tree_kernel<float>"] * 4
+    for c in r["contenders"]:
+        c["kernels"] = []
+    return r | {"calls": [[i, "forward"] for i in range(calls)]}
 
 
-def test_ncu_that_saw_other_kernels_is_left_out_with_a_note():
-    r = profiled()
-    r["contenders"].pop(0)
-    note = profile.attach(r, ncu_text())
-    assert note == "ncu saw 6 kernels, the profiler 5: its figures are left out"
-    assert not any("ncu" in k for c in r["contenders"] for k in c["kernels"])
+def test_ncu_gives_each_call_its_kernels_with_time_launch_and_figures():
+    r = bare()
+    assert profile.from_ncu(r, ncu_with_spins()) is None and "calls" not in r
+    base, tree, fast = (c["kernels"] for c in r["contenders"])
+    assert [k["short"] for k in fast] == ["sum_fast_kernel<float>"]  # the spin kernels are gone
+    k = fast[0]
+    assert (k["grid"], k["block"], k["registers"], k["shared_bytes"], k["us"]) == ([1056, 1, 1], [256, 1, 1], 32, 33, 93.696)
+    assert k["ncu"]["memory_pct"] == 89.30 and k["step"] == "forward" and k["kind"] == "kernel"
+    assert [k["grid"][0] for k in tree] == [390625, 1526, 6, 1]
+    assert (base[0]["grid"], base[0]["shared_bytes"]) == ([1, 763, 1], 16 + 2048)  # static + dynamic
 
 
-def test_no_counter_access_is_one_line_saying_how_to_enable_it():
+def test_ncu_that_saw_other_calls_is_left_out_with_a_note():
+    r = bare(calls=4)
+    assert profile.from_ncu(r, ncu_with_spins()) == "ncu saw 3 of the 4 calls: its figures are left out"
+    assert profile.from_ncu(bare(), ncu_text()).startswith("ncu profiled no kernel")  # no spin: no call's begin seen
+
+
+def test_no_counter_access_is_one_line_saying_how_to_enable_it(tmp_path, monkeypatch):
     # ncu's message when the driver keeps the counters for admins (the text of NVIDIA's ERR_NVGPUCTRPERM page)
     text = ("==PROF== Connected to process 1750\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
             "access NVIDIA GPU Performance Counters on the target device 0.\n")
-    note = profile.attach(profiled(), text)
+    note = profile.from_ncu(bare(), text)
     assert "ERR_NVGPUCTRPERM" in note and "NVreg_RestrictProfilingToAdminUsers=0" in note and "root" in note
+    params = tmp_path / "params"  # the same, known before ncu runs: the driver's own setting, and not root
+    monkeypatch.setattr(profile, "ADMIN_ONLY", params)
+    assert profile.counters_locked() is None  # no such file: ncu is tried
+    params.write_text("ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: 1\n")
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert profile.counters_locked() == profile.NO_COUNTERS
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    assert profile.counters_locked() is None
+    params.write_text("RmProfilingAdminOnly: 0\n")
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert profile.counters_locked() is None
 
 
 def test_the_report_fits_80_columns():
-    r = profiled()
+    r = bare()
+    r["ncu"] = profile.from_ncu(r, ncu_with_spins())
     profile._rates(r)
-    r["ncu"] = profile.attach(r, ncu_text())
     console = Console(width=80, record=True, color_system=None)
     console.print(profile.report(r))
     text = console.export_text()
     assert max(map(len, text.splitlines())) <= 80
     assert "sum_fast_kernel<float>" in text and "1056×256" in text and "390625×256" in text
-    assert "fast: 91.5 µs on the GPU · 4,371 GB/s (91% of peak)" in text
+    assert "fast: 93.7 µs on the GPU · 4,269 GB/s (89% of peak)" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("fast ") and "/ 100%" in ln).split()
     assert row == ["fast", "sum_fast_kernel<float>", "89", "9", "89", "91", "99", "/", "100%"]
     assert sum("too small to fill" in ln for ln in text.splitlines()) == 1  # a hint shown once
@@ -176,6 +214,7 @@ def test_profile_sum_fast_at_1e8(kplay):
     assert (fast["name"], base["name"]) == ("fast", "torch.sum")
     assert any(k["short"] == "sum_fast_kernel<float>" and k["grid"] and k["registers"] for k in fast["kernels"])
     assert fast["gbps"] > 1000 and 0 < fast["pct_peak"] < 100
-    if r["ncu"] is None:  # ncu ran and could read the counters
-        assert all(k["ncu"]["memory_pct"] > 0 for k in fast["kernels"] if k["kind"] == "kernel")
+    if r["ncu"] is None:  # ncu ran, could read the counters, and gave every kernel's row
+        assert all(k["ncu"]["memory_pct"] > 0 and k["grid"] and k["us"] > 0 for c in r["contenders"] for k in c["kernels"])
+        assert not any("spin_kernel" in k["name"] for c in r["contenders"] for k in c["kernels"])
     print(f"kplay profile sum --variant fast --n 1e8: {took:.1f} s (ncu: {r['ncu'] or 'ran'})")

@@ -2,8 +2,6 @@
 the child under a wrapping tool. The GPU runs are in test_wrong.py."""
 
 import json
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +9,6 @@ from rich.console import Console
 
 from conftest import gpu
 from playground import isolate, registry, request, sanitize
-from playground.errors import UsageError
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -217,42 +214,3 @@ def test_a_tool_may_finish_its_report_after_the_worker_is_done(tmp_path):
     req = request.make("sum", device="cpu", sizes={"n": 10}, bench=False)
     assert isolate.run(req, under=[str(tool)])["ok"]
     assert late.read_text() == "done\n"
-
-
-def test_a_tool_s_worker_gets_its_request_only_once_before_has_run(tmp_path):
-    """kplay profile starts the worker under ncu beside its first child: that worker imports torch meanwhile,
-    and gets the request (and so touches the GPU) only once before() has returned. What before() raises is
-    the run's error, and the waiting worker is killed with its tool."""
-    started, readable = tmp_path / "started", tmp_path / "readable"
-    tool = tmp_path / "tool"  # notes when the worker's stdin has the request, then starts the worker on it
-    tool.write_text(f'#!/bin/sh\necho $$ > {started}\n{sys.executable} -c "import select, sys, time; '
-                    f"select.select([sys.stdin], [], []); open('{readable}', 'w').write(repr(time.time()))\"\n"
-                    'exec "$@"\n')
-    tool.chmod(0o755)
-    req = request.make("sum", device="cpu", sizes={"n": 10}, bench=False)
-    ended = []
-
-    def before():
-        deadline = time.monotonic() + 30
-        while not started.exists() and time.monotonic() < deadline:  # the tool runs already
-            time.sleep(0.05)
-        time.sleep(0.5)
-        assert not readable.exists()
-        ended.append(time.time())
-
-    assert isolate.run(req, under=[str(tool)], before=before)["ok"]
-    assert float(readable.read_text()) >= ended[0]
-
-    def failing():
-        while not started.exists():
-            time.sleep(0.05)
-        raise UsageError("the first child failed")
-
-    started.unlink()
-    with pytest.raises(UsageError, match="the first child failed"):
-        isolate.run(req, under=[str(tool)], before=failing)
-    pid = int(started.read_text())
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not Path(f"/proc/{pid}").exists()
