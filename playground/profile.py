@@ -21,7 +21,7 @@ from .errors import UsageError
 GPU_WORK = dict(zip(resources.GPU_WORK, ("kernel", "memset", "memcpy")))  # a trace category -> the kind shown
 RANGE = "kplay"  # the NVTX range around the profiled call; ncu --nvtx-include "kplay/"
 NCU_ARGS = ["--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none", "--section", "SpeedOfLight",
-            "--section", "Occupancy", "--csv", "--page", "details", "--target-processes", "all"]
+            "--section", "Occupancy", "--section", "LaunchStats", "--csv", "--page", "details", "--target-processes", "all"]
 NO_COUNTERS = ("ncu cannot read the GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or allow all users "
                "(options nvidia NVreg_RestrictProfilingToAdminUsers=0 in /etc/modprobe.d, then reboot)")
 METRICS = {  # ncu's metric name -> the record's key

@@ -70,6 +70,15 @@ def test_ncu_csv_gives_throughput_occupancy_and_one_hint_per_kernel():
                             "performance of the device.")  # no OPT rule: the INF one
 
 
+def test_ncu_is_asked_for_every_section_whose_figures_are_read():
+    """The fixture's log came from these sections (ncu lists each by its identifier, with no metric); without
+    LaunchStats the H200's profile had no registers or shared memory."""
+    rows = [ln.split('","') for ln in ncu_text().splitlines() if ln.startswith('"')]
+    logged = {r[13] for r in rows[1:] if r[14] == ""}
+    asked = {profile.NCU_ARGS[i + 1] for i, a in enumerate(profile.NCU_ARGS) if a == "--section"}
+    assert logged == asked == {"SpeedOfLight", "Occupancy", "LaunchStats"}
+
+
 def test_the_hint_is_the_first_opt_rule_in_one_sentence():
     tree = profile.ncu_kernels(ncu_text())[1]
     assert tree["hint"].startswith("The difference between calculated theoretical (100.0%) and measured achieved")
