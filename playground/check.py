@@ -67,7 +67,16 @@ def merge(checks: list[Check]) -> Check:
         max_abs_err=shown.max_abs_err,
         tolerance=shown.tolerance,
         tolerance_source=shown.tolerance_source,
-        mismatches=[m for c in checks for m in c.mismatches][:MAX_MISMATCHES],
+        mismatches=_first_of_each(checks),
         cases=[case for c in checks for case in c.cases],
         failed={c.cases[0]: c.mismatches[0] for c in checks if not c.ok and c.cases and c.mismatches},
     )
+
+
+def _first_of_each(checks: list[Check]) -> list[str]:
+    """At most MAX_MISMATCHES lines, in order: the first of each failing case (its diagnosis, where it has
+    one), then the cases' further lines while there is room."""
+    lines = [(i, j, m) for i, c in enumerate(checks) for j, m in enumerate(c.mismatches)]
+    firsts = [line for line in lines if line[1] == 0][:MAX_MISMATCHES]
+    rest = [line for line in lines if line[1] > 0][:MAX_MISMATCHES - len(firsts)]
+    return [m for _, _, m in sorted(firsts + rest)]

@@ -207,3 +207,17 @@ def test_helpers_near_a_short_hook_are_not_typos():
     assert spec.from_module("fam", module).extra is not None  # 'extract' and 'flags' are helpers, not typos
     with pytest.raises(UsageError, match="values"):
         request.parse_values("sNaN", "float32")
+
+
+def test_every_failing_case_shows_its_first_line_within_the_cap():
+    """Seen on the H200: four cases of value lines pushed the reused case's diagnosis ('another stream?') past the
+    five lines kept, so the student saw only numbers. Each failing case's first line stays, in order."""
+    from playground.check import MAX_MISMATCHES, Check, failed, merge
+
+    noisy = Check(False, 1.0, 0.0, "", [f"n=1: out[{i}]: got 1, expected 0" for i in range(MAX_MISMATCHES)], ["n=1"])
+    reused = Check(False, 1.0, 0.0, "", ["n=9 reused: work still running on another stream?", "n=9 reused: out[]: got 2"],
+                   ["n=9 reused"])
+    shown = merge([noisy, failed("passes", case="n=5"), reused]).mismatches
+    assert len(shown) == MAX_MISMATCHES and shown[0] == "n=1: out[0]: got 1, expected 0"
+    assert shown[-2:] == ["n=5: passes", "n=9 reused: work still running on another stream?"]
+    assert merge([noisy]).mismatches == noisy.mismatches
