@@ -491,10 +491,10 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
     try:
         with stdout_fd() as printed:
-            out = spec.call(ops, variant, *inputs)
+            made = spec.call(ops, variant, *inputs)
             # Each output is read in stream order on PyTorch's current stream, before any device-wide sync:
             # a kernel whose work is still running on another stream gives what the poisoned memory held.
-            out = _read_in_stream_order(out) if cuda else out
+            out = _read_in_stream_order(made) if cuda else made
             if cuda:
                 torch.cuda.synchronize()  # an error in work that nothing read shows here; printf reaches stdout
     except Exception as e:
@@ -505,10 +505,31 @@ def _check(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, st
         except AssertionError as e:
             return failed(str(e), source, case), printed.text
     result = compare(out, ref, tol, source, case, spec.outputs)
+    if cuda and not result.ok and _moved(out, made):
+        result = dataclasses.replace(result, mismatches=[f"{case}: {LATE}", *result.mismatches])
     for k, (a, b) in enumerate(zip(before, inputs)):
         if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
             result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
     return result, printed.text
+
+
+LATE = ("the output changed after PyTorch's stream had finished: work still running on another stream "
+        "(launch on PyTorch's current stream, or make it wait for yours)")
+
+
+def _moved(host, made) -> bool:
+    """Whether an output read in stream order differs from the same output once the whole GPU has finished."""
+    import torch
+
+    for h, d in zip(as_tuple(host), as_tuple(made)):
+        if isinstance(h, torch.Tensor) and isinstance(d, torch.Tensor):
+            d = d.detach().cpu()
+            if h.shape != d.shape:
+                return True
+            same = (h == d) | (h.isnan() & d.isnan()) if h.is_floating_point() else h == d
+            if not bool(same.all()):
+                return True
+    return False
 
 
 def _read_in_stream_order(out):

@@ -221,3 +221,16 @@ def test_every_failing_case_shows_its_first_line_within_the_cap():
     assert len(shown) == MAX_MISMATCHES and shown[0] == "n=1: out[0]: got 1, expected 0"
     assert shown[-2:] == ["n=5: passes", "n=9 reused: work still running on another stream?"]
     assert merge([noisy]).mismatches == noisy.mismatches
+
+
+def test_an_output_that_changes_after_its_stream_finished_is_named():
+    """On a GPU, the check reads each output in stream order, then again once the whole device has finished:
+    work on another stream (sum/fast_event_too_early) changes it in between, and the case says so."""
+    import torch
+
+    from playground import runner
+
+    done = torch.tensor([1.0, float("nan")])
+    assert not runner._moved(done.clone(), done) and not runner._moved((done.clone(),), (done, 3))
+    assert runner._moved(torch.tensor([0.0, float("nan")]), done)  # read before the side stream's kernel wrote it
+    assert runner._moved(torch.zeros(3), torch.zeros(2)) and "another stream" in runner.LATE
