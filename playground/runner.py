@@ -162,7 +162,8 @@ def _check_all(spec, fam, req, ops, variant, main, dtype, device, on_event) -> t
             shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
         if "values" not in req.sizes:
             on_event(events.CHECK, variant=variant, case=_label(fam, req.sizes) + " reused")
-            reused = _check_reused(spec, ops, variant, main, dtype, _label(fam, req.sizes), alone=all(c.ok for c in checks))
+            main_ok = all(c.ok for c in checks if c.cases == [_label(fam, req.sizes)])  # fresh memory, this size
+            reused = _check_reused(spec, ops, variant, main, dtype, _label(fam, req.sizes), fresh_ok=main_ok)
             checks += [reused] if reused else []
     except KernelCrash as e:
         raise KernelCrash(_in_sources(str(e), fam, fam.variants[variant])) from None
@@ -173,11 +174,11 @@ REUSED = ("the same memory with new values gave a wrong answer: a result kept fr
           "(cached by its pointer, or by a sample of its values), or work still running on another stream?")
 
 
-def _check_reused(spec, ops, variant, main, dtype, label, alone: bool) -> Check | None:
+def _check_reused(spec, ops, variant, main, dtype, label, fresh_ok: bool) -> Check | None:
     """The requested size in memory the kernel has seen before, its floating-point values negated in place
     (the first and the last kept): a result cached by pointer, or by a hash of a few elements, is stale
-    here and fails, with the likely causes first where it fails `alone` (every other case passed). None
-    where nothing can change (no float input) or the output is printed."""
+    here and fails, with the likely causes first where the same size passed in fresh memory (`fresh_ok`).
+    None where nothing can change (no float input) or the output is printed."""
     import torch
 
     inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in main)
@@ -193,7 +194,7 @@ def _check_reused(spec, ops, variant, main, dtype, label, alone: bool) -> Check 
     for x in floats:  # in place: the same pointer, the same first and last elements
         x.view(-1)[1:-1].neg_()
     check, _ = _check(spec, ops, variant, inputs, dtype, case)
-    if check.ok or not alone:
+    if check.ok or not fresh_ok:
         return check
     return dataclasses.replace(check, mismatches=[f"{case}: {REUSED}", *check.mismatches])
 
