@@ -6,6 +6,7 @@ Kernels are timed in-process by playground.timing.bench (or playground.run, whic
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import statistics
@@ -104,3 +105,33 @@ def load_line() -> str:
     """The machine's load averages: other work on a shared box moves every number here."""
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} cpus)"
+
+
+def emit(text: str, out: str | None) -> None:
+    """A benchmark's report: printed, and written to `out` when one is given."""
+    print(text)
+    if out:
+        Path(out).write_text(text)
+
+
+def nvbench_run(keep: Path):
+    """Run every benchmark registered with nvbench (pip cuda-bench), its JSON to `keep`; then nvbench_states."""
+    import cuda.bench as bench
+
+    try:
+        bench.run_all_benchmarks([sys.argv[0], "--json", str(keep)])
+    except SystemExit:  # nvbench exits when it is done
+        pass
+    return nvbench_states(keep)
+
+
+def nvbench_states(path: Path) -> list[tuple[str, dict, dict]]:
+    """(benchmark name, {axis: value}, {summary tag: value}) of each state in nvbench's JSON."""
+    found = []
+    for mark in json.loads(Path(path).read_text())["benchmarks"]:
+        for state in mark["states"]:
+            axes = {a["name"]: a["value"] for a in state["axis_values"]}
+            values = {s["tag"]: next((d["value"] for d in s["data"] if "value" in d), None)
+                      for s in state.get("summaries", [])}
+            found.append((mark["name"], axes, values))
+    return found

@@ -15,15 +15,13 @@ between them on the GPU.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import emit, nvbench_run  # first: it puts the repository on sys.path
+
 import playground  # noqa: E402
 from playground import timing  # noqa: E402
 
@@ -54,20 +52,12 @@ def nvbench(calls: dict, inputs: dict, keep: Path) -> dict:
 
     register(True)
     register(False)
-    try:
-        bench.run_all_benchmarks([sys.argv[0], "--json", str(keep)])
-    except SystemExit:
-        pass
     found = {}
-    for mark in json.loads(keep.read_text())["benchmarks"]:
-        for state in mark["states"]:
-            axes = {a["name"]: a["value"] for a in state["axis_values"]}
-            s = {x["tag"]: next((d["value"] for d in x["data"] if "value" in d), None) for x in state.get("summaries", [])}
-            pick = lambda end: next((float(v) for t, v in s.items() if t.startswith("nv/cold/time/gpu") and  # noqa: E731
-                                     t.endswith(end) and v is not None), float("nan"))
-            found[(mark["name"] == "blocking-True", axes["contender"], int(axes["n"]))] = (
-                pick("median"), pick("min"), pick("relative"))
-    print("nvbench's tags:", sorted(s), file=sys.stderr)
+    for bench_name, axes, s in nvbench_run(keep):
+        pick = lambda end: next((float(v) for t, v in s.items() if t.startswith("nv/cold/time/gpu") and  # noqa: E731
+                                 t.endswith(end) and v is not None), float("nan"))
+        found[(bench_name == "blocking-True", axes["contender"], int(axes["n"]))] = (
+            pick("median"), pick("min"), pick("relative"))
     return found
 
 
@@ -141,10 +131,7 @@ def main() -> None:
         lines.append(f"| {k} | {n:.0e} | {us(cols['kplay'][(k, n)][0])} | {us(cols['kplay, own stream'][(k, n)][0])} | "
                      f"{us(cols['kplay, 1x L2 flush'][(k, n)][0])} | {us(on[0])} | {us(on[1])} | {on[2] * 100:.1f}% | "
                      f"{us(off[0])} | {t1[0]}: {us(t1[1])} / {us(t1[2])} | {t2[0]}: {us(t2[1])} / {us(t2[2])} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, emit, nvbench_run  # first: it puts the repository on sys.path
+
 import playground  # noqa: E402
 
 SIZES = [10**k for k in range(3, 10)]
@@ -62,21 +62,13 @@ def under_nvbench(calls: dict, keep: Path) -> dict:
 
     register("torch")
     register("own")
-    try:
-        bench.run_all_benchmarks([sys.argv[0], "--json", str(keep)])
-    except SystemExit:
-        pass
     found = {}
-    for mark in json.loads(keep.read_text())["benchmarks"]:
-        for state in mark["states"]:
-            axes = {a["name"]: a["value"] for a in state["axis_values"]}
-            summaries = {s["tag"]: s for s in state.get("summaries", [])}
-            summary = summaries.get("nv/cold/time/gpu/median") or summaries.get("nv/cold/time/gpu/mean")
-            if not summary:
-                print("no cold GPU time for", mark["name"], axes, "tags:", sorted(summaries), file=sys.stderr)
-            else:
-                value = float(next(d["value"] for d in summary["data"] if "value" in d))
-                found[(mark["name"], axes["contender"], int(axes["n"]))] = value
+    for bench_name, axes, values in nvbench_run(keep):
+        median = values.get("nv/cold/time/gpu/median") or values.get("nv/cold/time/gpu/mean")
+        if median is None:
+            print("no cold GPU time for", bench_name, axes, "tags:", sorted(values), file=sys.stderr)
+        else:
+            found[(bench_name, axes["contender"], int(axes["n"]))] = float(median)
     return found
 
 
@@ -117,10 +109,7 @@ def main() -> None:
         lines.append(f"| {name} | {n:.0e} | {fmt(ours)} | {fmt(nv)} | {ratio} | {'PASS' if ok else 'MISS'} | {fmt(own)} |")
     met = sum("PASS" in ln for ln in lines)
     lines += ["", f"{met} of {len(mine)} cells within target."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

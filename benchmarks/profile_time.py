@@ -11,9 +11,8 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from common import ROOT, wall  # first: it puts the repository on sys.path; wall: a failing command ends the run
+from common import ROOT, emit, wall  # first: it puts the repository on sys.path; wall: a failing command ends the run
 
 FLOOR = "import torch; x = torch.ones(1, device='cuda'); torch.cuda.nvtx.range_push('kplay'); x.sum(); " \
         "torch.cuda.nvtx.range_pop(); torch.cuda.synchronize()"
@@ -59,10 +58,7 @@ def main() -> None:
     split = [phases() for _ in range(args.repeat)]
     lines += ["", "In-process phases (median s): " + ", ".join(
         f"{k} {statistics.median(s.get(k, 0.0) for s in split):.2f}" for k in split[0])]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, emit  # first: it puts the repository on sys.path
 
 IDLE = "import sys, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize(); print('ready', flush=True); sys.stdin.read()"
 
@@ -69,10 +67,7 @@ def main() -> None:
             lines.append(f"- {label}: error {found['error']}")
             continue
         lines.append(f"- {label}: " + ", ".join(f"{k} {t['median_s'] * 1e6:.2f}" for k, t in found.items()))
-    text = "\n".join(lines) + "\n\n" + json.dumps(rows, indent=1) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    emit("\n".join(lines) + "\n\n" + json.dumps(rows, indent=1) + "\n", args.out)
 
 
 if __name__ == "__main__":
