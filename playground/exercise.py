@@ -185,14 +185,15 @@ def grade(folder: Path, device: str, name: str | None, on_event) -> dict:
 
 
 def kind(case: str, message: str) -> str:
-    """A failing case's kind, for the board: what a student did wrong, in two words."""
-    if case.endswith(" reused"):
+    """A failing case's kind, for the board: what a student did wrong, in two words. The message is the case's
+    first line: the check's diagnosis, where it has one (runner.REUSED, runner.LATE), else the first mismatch."""
+    if case.endswith(" reused") and "a result kept from an earlier call" in message:
         return "stale result"
     if "was changed by the kernel" in message:
         return "input changed"
     if "has shape" in message or "outputs, expected" in message:
         return "wrong shape"
-    if "got " in message and "expected" in message:
+    if "got " in message and "expected" in message or "still running on another stream" in message:
         return "wrong value"
     return "other"
 

@@ -109,7 +109,8 @@ def _load_cell(args: list[str]) -> str:
     text = (starter_files(files, fam.path)[0] if starter else files)[file]
     params = [x for k, v in values.items() if fam.params[k].default != v for x in ("--param", f"{k}={v}")]
     chosen = ["--file", file] if file != _target(fam, variant, None) else []
-    first = [args[0], "--variant", variant.name, *chosen, *params, *rest]
+    paths = [x for p in _take(args[1:], "--path")[0] for x in ("--path", p)]  # where the cell finds the family again
+    first = [args[0], *paths, "--variant", variant.name, *chosen, *params, *rest]
     return f"%%kplay run {shlex.join(first)}\n{text.rstrip()}\n"
 
 

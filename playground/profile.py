@@ -264,12 +264,7 @@ def from_ncu(result: dict, text: str) -> str | None:
     calls = result.pop("calls", [])
     if "ERR_NVGPUCTRPERM" in text:
         return NO_COUNTERS
-    groups = []
-    for k in ncu_kernels(text):
-        if resources.SEPARATOR in k["name"]:
-            groups.append([])
-        elif groups:
-            groups[-1].append(k)
+    groups = resources.after_separators(ncu_kernels(text))
     if not any(groups):
         return "ncu profiled no kernel" + (f": {_last_error(text)}" if _last_error(text) else "")
     if len(groups) != len(calls):

@@ -310,14 +310,20 @@ def trace_each(calls: list) -> list[list[dict]]:
 
 def split(trace_events: list[dict], count: int) -> list[list[dict]]:
     """The GPU work after each of the `count` separators, in launch order."""
+    groups = after_separators(sorted((e for e in trace_events if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]))
+    if len(groups) != count:
+        raise RuntimeError(f"the profiler saw {len(groups)} of {count} calls")
+    return groups
+
+
+def after_separators(launches: list[dict]) -> list[list[dict]]:
+    """The launches (each with a "name", in launch order) after each SEPARATOR, one list per separator."""
     groups = []
-    for e in sorted((e for e in trace_events if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
+    for e in launches:
         if SEPARATOR in e["name"]:
             groups.append([])
         elif groups:
             groups[-1].append(e)
-    if len(groups) != count:
-        raise RuntimeError(f"the profiler saw {len(groups)} of {count} calls")
     return groups
 
 

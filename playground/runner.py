@@ -394,9 +394,11 @@ def _unseen_work(timings) -> list[str]:
 
 
 # A kernel on the tensor cores may beat the CUDA cores' FLOP peak (device.py's figure) by their dense ratio,
-# by compute capability's major: on Ampere (8) and Hopper (9) about 8x in float32 (as TF32) and 2x in float64.
+# by compute capability's major: on Ampere (8) and Hopper (9) about 8x in float32 (as TF32) and 2x in float64,
+# on Volta and Turing (7) none in either.
 # A rate above that is no kernel's. Where the ratio is not known (Blackwell's TF32 is about 15x), no guard.
-TENSOR_CORES = {8: {"float32": 8.0, "float64": 2.0}, 9: {"float32": 8.0, "float64": 2.0}}
+TENSOR_CORES = {7: {"float32": 1.0, "float64": 1.0},
+                8: {"float32": 8.0, "float64": 2.0}, 9: {"float32": 8.0, "float64": 2.0}}
 
 
 def _impossible(v, device, dtype: str) -> list[str]:

@@ -108,7 +108,7 @@ def _warm_up(fns: dict, cuda: bool) -> float:
             host += [time.perf_counter() - t] if i else []
     if cuda:
         torch.cuda.synchronize()
-    return max(host)
+    return max(host, default=0.0)
 
 
 def _turns(fns: dict):

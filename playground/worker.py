@@ -49,8 +49,6 @@ def main() -> None:
     target = sys.argv[1]
     out = open(target[1:], "w", buffering=1) if target.startswith("@") else os.fdopen(int(target), "w", buffering=1)
     prepare()
-    from . import runner  # noqa: F401  torch and the engine, while kplay may still be writing the request
-
     serve(sys.stdin.read(), out)
 
 

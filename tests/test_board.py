@@ -271,3 +271,12 @@ def _screenshot(browser, tmp_path: Path) -> None:
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     if os.environ.get("KPLAY_SCREENSHOTS") == "1":
         shutil.copy(shot, ROOT / "benchmarks" / "results" / "board-screenshot.png")
+
+
+def test_a_case_is_counted_by_its_diagnosis():
+    from playground import runner
+    from playground.exercise import kind
+
+    assert kind("n=9 reused", f"n=9 reused: {runner.REUSED}") == "stale result"
+    assert kind("n=9 reused", "n=9 reused: out[]: got 1, expected 2") == "wrong value"  # wrong everywhere: no cache
+    assert kind("n=9", f"n=9: {runner.LATE}") == "wrong value"

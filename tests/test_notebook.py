@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -143,6 +144,15 @@ def test_load_gives_an_exercises_starter_and_names_a_chosen_file():
     assert header.startswith("%%kplay run sum --variant shuffle --file ladder.cuh\n")
     with pytest.raises(UsageError, match="a kernel name is missing"):
         magic._load_cell([])
+
+
+def test_a_loaded_cell_finds_a_family_from_path_again(tmp_path):
+    shutil.copytree(ROOT / "snippets" / "sum", tmp_path / "mine")
+    loaded = magic._load_cell(["mine", "--path", str(tmp_path), "--variant", "cpp", "--device", "cpu"])
+    first, body = loaded.split("\n", 1)
+    assert first == f"%%kplay run mine --path {tmp_path} --variant cpp --device cpu"
+    args, folder = magic._cell_run(magic._split(first.removeprefix("%%kplay ")), body)
+    assert (folder / "sum.cpp").read_text() == "\n" + body and "--path" not in args
 
 
 @pytest.mark.parametrize("line, message", [

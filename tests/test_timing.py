@@ -174,3 +174,16 @@ def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure(monkeypatch):
     assert "600,000 GFLOP/s is above this GPU's float32 ceiling of 535,264 GFLOP/s" in compute
     monkeypatch.setattr(runner, "_major", lambda d: 10)  # Blackwell: its tensor cores' ratio is not known here
     assert runner._impossible(rate(None, 600_000.0), "cuda", "float32") == []
+
+
+def test_on_volta_and_turing_a_float32_rate_above_the_cuda_cores_fails(monkeypatch):
+    """Their tensor cores take half types only: a float32 rate above the CUDA cores' peak is no kernel's."""
+    from types import SimpleNamespace
+
+    from playground import device
+
+    v100 = device.Peaks("Tesla V100", 900.0, {"float32": 15_700.0})
+    monkeypatch.setattr(device, "peaks", lambda d="cuda": v100 if d == "cuda" else None)
+    monkeypatch.setattr(runner, "_major", lambda d: 7)
+    (compute,) = runner._impossible(SimpleNamespace(gbps=None, gflops=20_000.0), "cuda", "float32")
+    assert "ceiling of 15,700 GFLOP/s" in compute
