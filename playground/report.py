@@ -323,8 +323,9 @@ def _clocks(stats: dict) -> list[Text]:
     if not stats.get("clock_mhz"):
         return []
     low, mid, high = stats["clock_mhz"]
-    dropped = f"; {stats['dropped']} samples dropped below 75% of the maximum" if stats["dropped"] else ""
-    return [Text(f"SM clock {low:,}–{high:,} MHz (median {mid:,}){dropped}", style="dim")]
+    dropped = f"; dropped {stats['dropped']} samples under 75% of max" if stats["dropped"] else ""
+    held = f"{low:,} MHz throughout" if low == high else f"{low:,}–{high:,} MHz (median {mid:,})"
+    return [Text(f"SM clock {held}{dropped}", style="dim")]
 
 
 def _printed(v: dict) -> list:

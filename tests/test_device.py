@@ -165,6 +165,16 @@ def test_a_gpu_run_report_fits_80_columns_with_its_peak_notes():
     assert "% peak" in text and "83%" in text and "copy: 4,200 GB/s, a device-to-device copy measured here" in text and "% copy" not in text
 
 
+@pytest.mark.parametrize("clock, dropped, says", [
+    ((1980, 1980, 1980), 0, "SM clock 1,980 MHz throughout\n"),
+    ((1410, 1755, 1980), 3, "SM clock 1,410–1,980 MHz (median 1,755); dropped 3 samples under 75% of max\n"),
+])
+def test_the_sm_clock_line_says_how_the_clock_held(clock, dropped, says):
+    r = gpu_record(n=10**8, seconds=1e-4)
+    r["variants"][0]["time"] = {**r["variants"][0]["time"], "clock_mhz": clock, "dropped": dropped}
+    assert says in rendered(report.run_report(r))
+
+
 def gpu_record(n: int, seconds: float, copy: float | None = None, dtype="float32", bound="memory") -> dict:
     """A sum run on an H200 as `kplay run --json` gives it (the time chosen): 4 bytes and one FLOP per element."""
     p = h200()
