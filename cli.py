@@ -32,7 +32,8 @@ class OneLineErrors(TyperGroup):
             code = super().main(*args, standalone_mode=False, **kwargs)
         except Exception as e:  # click's UsageError family: exit_code 2 and a message
             if type(e).__name__ == "NoArgsIsHelpError":  # plain `kplay`: the help, and no error
-                out.print(e.ctx.get_help() or "")
+                if e.format_message():  # typer's rich help has printed itself already; plain click's has not
+                    out.print(e.format_message(), markup=False, highlight=False)
                 code = 0
             elif hasattr(e, "format_message") and getattr(e, "exit_code", None) == 2:
                 command = e.ctx.command_path + ": " if getattr(e, "ctx", None) else ""
@@ -118,14 +119,19 @@ def main(_: Annotated[bool, typer.Option("--version", callback=version, is_eager
 @friendly
 def list_(json_: Json = False, path: Path_ = None):
     """List the kernel families: summary, variants, devices."""
+    found = registry.families(path).values()
     rows = [{"name": f.name, "summary": f.summary, "variants": list(f.variants), "devices": f.devices, "path": str(f.path)}
-            for f in registry.families(path).values()]
+            for f in found]
     if json_:
         print(json.dumps(rows, indent=2))
         return
     from playground.report import family_table
 
     out.print(family_table(rows))
+    for f in found:
+        if registry.shadowing(f):
+            err.print(f"[yellow]warning:[/] {escape(f.name)} from {escape(str(f.path))} hides the built-in "
+                      f"{escape(f.name)}: kplay run {escape(f.name)} runs it", highlight=False, soft_wrap=True)
 
 
 Kernel = Annotated[Optional[str], typer.Option("--kernel", help="Only the function(s) whose name contains this.")]
@@ -157,7 +163,8 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
 
         with tempfile.TemporaryDirectory(prefix="kplay-starter-") as tmp:
             write(fam, Path(tmp), list(fam.variants.values()), params, starter=True)
-            return _show_code(registry.load_family(Path(tmp)), kinds[0], variant, params, kernel, json_)
+            return _show_code(registry.load_family(Path(tmp)), kinds[0], variant, params, kernel, json_,
+                              shown_as=f"the starter of {fam.path}")
     if kinds:
         return _show_code(fam, kinds[0], variant, params, kernel, json_)
     if kernel or json_:
@@ -190,18 +197,22 @@ def _show_source(fam, device: Device, variant: str | None, params: dict, starter
     from playground.render import sources
     from playground.report import sizes_table
 
+    named = variant and variant != "all"  # reading a variant's source needs no device: shown whatever its own
+    chosen = [fam.variant(variant)] if named else fam.pick_variants("cuda" if device == Device.auto else device.value, variant)
     out.print(f"[b]{fam.name}[/b]: {escape(fam.summary)}")  # a panel's title would be cut at the border
     out.print(Panel(Markdown(fam.note.strip() or fam.summary)))
     out.print(sizes_table(fam))
-    for v in fam.pick_variants("cuda" if device == Device.auto else device.value, variant):
+    for v in chosen:
         out.print(f"[b]{v.name}[/b] ({v.device}): {v.note}")
         for file, text in (starter_sources if starter else sources)(fam, v, params).items():
             syntax = Syntax(text, "cuda" if file.endswith(".cu") else "cpp", line_numbers=True, word_wrap=True)
             out.print(Panel(syntax, title=str(fam.path / file), title_align="left"))
 
 
-def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | None, json_: bool) -> None:
-    """`show --ptx/--sass/--asm`: a variant by name whatever its device (the build needs no GPU), else the first."""
+def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | None, json_: bool,
+               shown_as: str | None = None) -> None:
+    """`show --ptx/--sass/--asm`: a variant by name whatever its device (the build needs no GPU), else the first.
+    shown_as: the folder a title names, where fam is a temporary copy (an exercise's starter)."""
     from playground import disasm
     from playground.report import code_listing, loop_line
 
@@ -219,8 +230,9 @@ def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | 
         functions = disasm.to_json(found, lines)
         records.append({"family": fam.name, "variant": v.name, "kind": kind, "functions": functions, "loops": loops})
         if not json_:
-            shown = [str(fam.path / s) for s in v.sources if s.endswith(".cu") == (kind != "asm")]
-            title = f"[b]{fam.name}/{v.name}[/b] · {kind} · {escape(', '.join(shown))}"
+            shown = [s if shown_as else str(fam.path / s) for s in v.sources if s.endswith(".cu") == (kind != "asm")]
+            where = f" ({shown_as})" if shown_as else ""
+            title = f"[b]{fam.name}/{v.name}[/b] · {kind} · {escape(', '.join(shown) + where)}"
             for loop in loops if kind == "asm" else []:
                 title += "\n" + loop_line(loop).markup
             own = {str(fam.path / s) for s in v.sources}
@@ -248,7 +260,9 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     from playground import compare, isolate, request
 
     if help_ or name is None:
-        return _family_help(ctx, name, path)
+        return _family_help(ctx, name, path, help_)
+    if against and (no_bench or sanitize):
+        raise UsageError(f"--against compares timings: it cannot go with {'--no-bench' if no_bench else '--sanitize'}")
     if sanitize:
         device = _sanitized_device(sanitize, device)
     req = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed,
@@ -349,7 +363,7 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
     from playground import profile as profiler, request
 
     if help_ or name is None:
-        return _family_help(ctx, name, path)
+        return _family_help(ctx, name, path, help_)
     profiler.check_device(device.value)
     req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(name, path, ctx.args, size),
                        params=param or [], paths=path, timeout=timeout, mode="profile")
@@ -361,8 +375,10 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
         out.print(profiler.report(result))
 
 
-def _family_help(ctx: typer.Context, name: str | None, path) -> None:
-    """The command's help, then (with a NAME) that family's sizes and parameters."""
+def _family_help(ctx: typer.Context, name: str | None, path, help_: bool) -> None:
+    """The command's help, then (with a NAME) that family's sizes and parameters; no NAME and no --help: an error."""
+    if not help_:
+        raise UsageError(f"kplay {ctx.info_name}: missing the kernel's NAME (kplay list shows them)")
     out.print(ctx.get_help() or "")
     if name is None:
         return
@@ -575,8 +591,9 @@ def new(name: str, folder: Folder = None, force: Force = False):
 @app.command()
 @friendly
 def export(name: str, folder: Annotated[str, typer.Argument(help="The package folder to write.")],
-           device: Device = Device.cpu, variant: Variant = None, param: Params = None, force: Force = False,
-           path: Path_ = None):
+           device: Device = Device.cpu,
+           variant: Annotated[Optional[str], typer.Option(help="The variant to package (default: the device's first).")] = None,
+           param: Params = None, force: Force = False, path: Path_ = None):
     """Write a standalone pip-installable package (setup.py with CppExtension/CUDAExtension) for one variant."""
     from playground.scaffold import export as write
 
@@ -586,7 +603,7 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
     for f in write(fam, Path(folder), v, fam.parse_params(param or []), force):
         out.print(f"wrote {f}", soft_wrap=True)
     python = Path(sys.executable)
-    out.print(f"build and test it: [b]{python} -m pip install --no-build-isolation {folder} && "
+    out.print(f"build and test it: [b]{python} -m pip install --no-build-isolation {folder} pytest && "
               f"{python} -m pytest {folder}/tests[/b]")
 
 

@@ -46,8 +46,12 @@ def rows(before: dict, after: dict) -> list[tuple[str, dict, dict, str]]:
 
 def differences(before: dict, after: dict) -> list[str]:
     """What makes the two runs not like for like (another family, device, dtype or size)."""
+    def shown(value) -> str:  # sizes as kplay writes them: n=10,000
+        return " ".join(f"{k}={v:,}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+
     keys = ("family", "device", "dtype", "sizes")
-    return [f"{k}: {before.get(k)} before, {after.get(k)} now" for k in keys if before.get(k) != after.get(k)]
+    return [f"{k}: {shown(before.get(k))} before, {shown(after.get(k))} now" for k in keys
+            if before.get(k) != after.get(k)]
 
 
 def record(before: dict, after: dict) -> dict:

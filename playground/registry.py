@@ -74,6 +74,7 @@ class Family:
     bench: bool | dict = True  # false: check only; a [bench] table: time it, and how kplay bench sweeps it
     default_variant: str = ""
     size_help: dict[str, str] = field(default_factory=dict)
+    size_max: dict[str, int] = field(default_factory=dict)  # a size's largest value, where the family sets one
     values: dict = field(default_factory=dict)  # [values]: the input given as a list; its length sets `size`
     extra: dict = field(default_factory=dict)
 
@@ -88,7 +89,9 @@ class Family:
         """The variants a run uses: one by name, 'all', or the family's default."""
         avail = self.variants_for(device)
         if not avail:
-            raise UsageError(f"{self.name} has no {device} variant (devices: {', '.join(self.devices)})")
+            why = " (no GPU here, or --device cpu)" if device == "cpu" else ""
+            raise UsageError(f"{self.name} in {self.path} has only {' and '.join(self.devices)} variants "
+                             f"({', '.join(self.variants)}); this run is on {device}{why}")
         name = name or self.default_variant or avail[0].name
         if name == "all":
             return avail
@@ -152,13 +155,17 @@ def load_family(path: Path) -> Family:
         raise UsageError(f"{toml}: {e}") from None
 
 
-def _sizes(raw: dict) -> tuple[dict, dict]:
-    """[sizes]: `n = 10_000_000`, or `n = { default = 10_000_000, help = "elements" }`: (defaults, help)."""
+def _sizes(raw: dict) -> tuple[dict, dict, dict]:
+    """[sizes]: `n = 10_000_000`, or `n = { default = 10_000_000, max = 10**9, help = "elements" }`:
+    (defaults, help, maxima)."""
     tables = {k: v if isinstance(v, dict) else {"default": v} for k, v in raw.items()}
     for k, v in tables.items():
         if not re.fullmatch(r"[a-z][a-z0-9_]*", k) or not isinstance(v.get("default"), int):
             raise ValueError(f"size {k}: a lower-case name with an integer default, e.g. {k} = 1000")
-    return {k: v["default"] for k, v in tables.items()}, {k: v.get("help", "") for k, v in tables.items()}
+        if not isinstance(v.get("max", v["default"]), int) or v.get("max", v["default"]) < v["default"]:
+            raise ValueError(f"size {k}: max = {v['max']!r} must be an integer of at least the default")
+    return ({k: v["default"] for k, v in tables.items()}, {k: v.get("help", "") for k, v in tables.items()},
+            {k: v["max"] for k, v in tables.items() if "max" in v})
 
 
 def _values(raw: dict, sizes: dict) -> dict:
@@ -172,7 +179,7 @@ def _family(path: Path, raw: dict) -> Family:
     params = {k: Param(name=k, **{**v, "choices": tuple(v.get("choices", ()))}) for k, v in raw.get("params", {}).items()}
     known = {"summary", "note", "dtypes", "sizes", "test_sizes", "params", "variants", "bench", "default_variant", "includes",
              "values"}
-    sizes, size_help = _sizes(raw.get("sizes", {}))
+    sizes, size_help, size_max = _sizes(raw.get("sizes", {}))
     shared = tuple(raw.get("includes", ()))
     return Family(
         name=raw.get("name", path.name),
@@ -182,6 +189,7 @@ def _family(path: Path, raw: dict) -> Family:
         dtypes=tuple(raw.get("dtypes", ["float32"])),
         sizes=sizes,
         size_help=size_help,
+        size_max=size_max,
         values=_values(raw.get("values", {}), sizes),
         test_sizes=tuple(raw.get("test_sizes", ())),
         params=params,

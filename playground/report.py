@@ -138,9 +138,11 @@ def _verdict(check: dict) -> str:
 
 
 def _error(check: dict) -> str:
-    """The relation that holds: 0.00086 ≤ 24 on a pass, 1.5 > 1.8e-07 on a failure."""
-    err = "inf" if check["max_abs_err"] is None else f"{check['max_abs_err']:.2g}"
-    return f"{err} {'≤' if check['ok'] else '>'} {check['tolerance']:.2g}"
+    """The relation that holds: 0.00086 ≤ 24 on a pass, 1.5 > 1.8e-07 on a failure; no error where none could be
+    measured (an output of the wrong shape or count)."""
+    if check["max_abs_err"] is None:
+        return "not compared"
+    return f"{check['max_abs_err']:.2g} {'≤' if check['ok'] else '>'} {check['tolerance']:.2g}"
 
 
 def _spread(stats: dict | None) -> str:
@@ -315,7 +317,8 @@ def _short_cases(cases: list[str]) -> list[str]:
     same = set(main.split())
     shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if not c.startswith(main)]
     also = [e for e in extras if f"{main} {e}" in cases]
-    return shown + [f"and {main}" + (f" (also {' and '.join(also)})" if also else "")]
+    last = main + (f" (also {' and '.join(also)})" if also else "")
+    return [*shown, f"and {last}"] if shown else [last]
 
 
 def _clocks(stats: dict) -> list[Text]:
@@ -352,7 +355,8 @@ def sizes_table(fam) -> Table:
     for col in ("option", "default", "what"):
         table.add_column(col, no_wrap=col != "what")
     for name, default in fam.sizes.items():
-        table.add_row(f"--{name}", f"{default:,}", fam.size_help.get(name, ""))
+        most = f" (at most {fam.size_max[name]:,})" if name in fam.size_max else ""
+        table.add_row(f"--{name}", f"{default:,}", fam.size_help.get(name, "") + most)
     if fam.values:
         table.add_row("--values", "", fam.values.get("help", f"the input itself; its length sets --{fam.values['size']}"))
     for p in fam.params.values():
@@ -530,6 +534,8 @@ def against_table(before: dict, after: dict) -> Group:
         table.add_row(name, seconds(old["median_s"]), _spread(old), seconds(new["median_s"]), _spread(new),
                       f"{old['median_s'] / new['median_s']:.2f}×", f"[{style[word]}]{word}[/]")
     notes = [Text(f"warning: not like for like: {d}", style="yellow") for d in differences(before, after)]
+    if not table.rows:
+        return Group(*notes, Text("against before: no contender was timed in both runs", style="yellow"))
     rule = "same: medians within the larger noise, or interquartile ranges that overlap"
     return Group(table, *notes, Text(rule, style="dim"))
 

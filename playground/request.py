@@ -111,11 +111,17 @@ def _sizes(fam: registry.Family, given: dict, dtype: str) -> tuple[dict, list[st
     if "values" in given:
         full["values"], warnings = parse_values(given["values"], dtype)
         full[fam.values["size"]] = len(full["values"])
+    for key, most in fam.size_max.items():
+        if full[key] > most:
+            what = "--values: more than" if "values" in given and key == fam.values["size"] else f"--{key} {given[key]}: above"
+            raise UsageError(f"{what} {fam.name}'s largest {key}, {most:,}")
     return full, warnings
 
 
 def unknown_size(fam: registry.Family, key: str) -> str:
     """'--rows does not apply to sum; it takes --n' (with a did-you-mean when one is close)."""
+    if key in OPTIONS:  # an option of another command (`kplay bench --no-compile`): no size can be meant
+        return f"--{key} is not an option of this command (its --help lists them)"
     names = [*fam.sizes, *(["values"] if fam.values else [])]
     close = difflib.get_close_matches(key, [*names, *OPTIONS], n=1)
     hint = f"; did you mean --{close[0]}?" if close else ""

@@ -68,7 +68,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         **fam.extra,
         **({"exercise": exercise, "default_variant": exercise["variant"]} if exercise else {}),
         **({"values": fam.values} if fam.values else {}),
-        "sizes": {k: {"default": v, "help": fam.size_help[k]} if fam.size_help.get(k) else v for k, v in fam.sizes.items()},
+        "sizes": {k: _size_table(fam, k) for k in fam.sizes},
         "test_sizes": list(fam.test_sizes),
         "variants": {v.name: _variant_table(v) for v in variants},
     }
@@ -81,6 +81,13 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         path.parent.mkdir(parents=True, exist_ok=True)  # a header listed as include/x.h
         path.write_text(text)
     return targets
+
+
+def _size_table(fam: Family, key: str) -> int | dict:
+    """A size as task.toml declares it: the default alone, or with its help and its largest value."""
+    more = {"help": fam.size_help.get(key), "max": fam.size_max.get(key)}
+    more = {k: v for k, v in more.items() if v}
+    return {"default": fam.sizes[key], **more} if more else fam.sizes[key]
 
 
 def _variant_table(v: Variant) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import traceback
 from dataclasses import dataclass
 from typing import Callable
 
@@ -77,6 +78,9 @@ def module(fam: Family):
             found.loader.exec_module(mod)
         except SyntaxError as e:
             raise UsageError(f"{path}:{e.lineno}: {e.msg}") from None
+        except Exception as e:  # raised while spec.py runs: its own line, not importlib's
+            line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == str(path)), "?")
+            raise UsageError(f"{path}:{line}: {type(e).__name__}: {e}") from None
         _modules[key] = mod
     return _modules[key]
 

@@ -45,9 +45,9 @@ def changes(root: Path, stop=None) -> Iterator[set[str]]:
     def source(change, path: str) -> bool:
         return path.endswith(SOURCES) and "__pycache__" not in path
 
-    for batch in watchfiles.watch(root, watch_filter=source, debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=stop,
-                                  raise_interrupt=False):
-        yield {p for _, p in batch}
+    batches = watchfiles.watch(root, watch_filter=source, debounce=DEBOUNCE_MS, step=STEP_MS, stop_event=stop,
+                               raise_interrupt=False)
+    return ({p for _, p in batch} for batch in batches)  # not a generator itself: a missing watchfiles says so now
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,10 @@ def serve(attempt: Callable[[], dict], root: Path, show: Callable) -> None:
     from . import isolate
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, even where SIGINT came ignored
+    batches = changes(root)  # before the first run: a missing watchfiles is an error, not a run that then fails
     try:
         with isolate.warm():
-            for outcome in loop(attempt, changes(root)):
+            for outcome in loop(attempt, batches):
                 show(render(outcome))
     except KeyboardInterrupt:  # the child and its build are killed on the way out (isolate.run's finally)
         pass

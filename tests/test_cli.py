@@ -30,6 +30,8 @@ def test_show_prints_note_and_source(kplay):
     result = kplay("show", "sum")
     assert result.exit_code == 0
     assert "STABLE_TORCH_LIBRARY" in result.stdout and "Reduction" in result.stdout
+    named = kplay("show", "sum", "--variant", "fast")  # a CUDA variant's source, on a machine without a GPU
+    assert named.exit_code == 0 and "sum_fast.cu" in named.stdout and "__global__" in named.stdout, named.output
 
 
 def test_run_sum_json_matches_the_table(kplay):
@@ -50,6 +52,9 @@ def test_run_print_array_shows_what_cpp_printed(kplay):
     result = kplay("run", "print_array", "--values", "4,3,2,1", "--device", "cpu")
     assert result.exit_code == 0, result.output
     assert "4\n" in result.stdout and "PASS" in result.stdout
+    assert "checked at n=4\n" in result.stdout and "tolerance: exact: an integer prints exactly" in result.stdout
+    floats = kplay("run", "print_array", "--values", "0.5", "--dtype", "float64", "--device", "cpu")
+    assert "tolerance: exact: %.17g round-trips float64" in floats.stdout, floats.output
 
 
 @pytest.mark.parametrize("dtype", ["int32", "int64", "float32", "float64"])
@@ -130,7 +135,9 @@ def test_a_path_that_is_a_file_is_one_line(kplay):
 def test_typer_usage_errors_are_one_line_exit_2(kplay):
     for args, text in ((["run", "sum", "--device", "gpu"], "'gpu' is not one of"), (["show"], "Missing argument"),
                        (["run", "sum", "--timeoutt", "3"], "--timeoutt does not apply to sum; did you mean --timeout?"),
-                       (["list", "--nope"], "No such option: --nope")):
+                       (["list", "--nope"], "No such option: --nope"),
+                       (["run"], "kplay run: missing the kernel's NAME"), (["profile"], "kplay profile: missing"),
+                       (["bench", "lltm", "--no-compile"], "--no-compile is not an option of this command")):
         result = kplay(*args)
         assert result.exit_code == 2, (args, result.output)
         assert text in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -140,6 +147,7 @@ def test_typer_usage_errors_are_one_line_exit_2(kplay):
 def test_plain_kplay_shows_the_help_and_exits_0_and_version_works(kplay):
     result = kplay()
     assert result.exit_code == 0 and "run" in result.stdout and "bench" in result.stdout
+    assert result.stdout.count("Usage:") == 1, result.stdout  # once, not twice
     version = kplay("--version")
     assert version.exit_code == 0 and version.stdout.startswith("kplay ")
 
@@ -176,6 +184,9 @@ def test_a_family_shadowing_a_built_in_gets_a_warning(kplay, tmp_path):
     warnings = json.loads(result.stdout)["warnings"]
     assert result.exit_code == 0 and warnings == [f"sum from {tmp_path / 'sum'} has the name of a built-in family; "
                                                   f"this run uses {tmp_path / 'sum'}"]
+    listed = kplay("list", "--path", tmp_path)
+    assert listed.exit_code == 0 and f"warning: sum from {tmp_path / 'sum'} hides the built-in sum" in listed.stderr
+    assert "hides" not in kplay("list").stderr
 
 
 def test_a_cpp_check_names_the_students_file_and_line(kplay, tmp_path):

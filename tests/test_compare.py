@@ -55,7 +55,7 @@ def test_against_with_json_puts_the_verdicts_in_the_record(kplay, before, tmp_pa
     against = json.loads(result.stdout)["against"]
     cpp = next(c for c in against["contenders"] if c["name"] == "cpp")
     assert cpp["verdict"] == "faster" and cpp["before_s"] == slow["variants"][0]["time"]["median_s"]
-    assert against["differences"] == ["sizes: {'n': 10000} before, {'n': 20000} now"]
+    assert against["differences"] == ["sizes: n=10,000 before, n=20,000 now"]
 
 
 def test_against_another_size_warns_that_it_is_not_like_for_like(kplay, before, tmp_path):
@@ -71,3 +71,16 @@ def test_a_bad_before_file_is_one_line_and_exit_2(kplay, tmp_path, content, says
         path.write_text(content)
     result = kplay("run", "sum", "--device", "cpu", "--against", path)
     assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
+
+
+def test_against_another_family_says_nothing_was_timed_in_both(kplay, before, tmp_path):
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    result = kplay("run", "print_array", "--device", "cpu", "--n", "4", "--against", tmp_path / "before.json")
+    assert "not like for like: family: sum before, print_array now" in result.output
+    assert "no contender was timed in both runs" in result.output and "against before " not in result.output
+
+
+def test_against_with_no_bench_is_a_usage_error(kplay, before, tmp_path):
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    result = kplay("run", "sum", "--device", "cpu", "--no-bench", "--against", tmp_path / "before.json")
+    assert result.exit_code == 2 and "--against compares timings: it cannot go with --no-bench" in result.stderr

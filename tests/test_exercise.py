@@ -179,6 +179,8 @@ def test_print_arrays_starter_keeps_its_stub_and_fails_the_check_here(kplay, tmp
     result = kplay("check", tmp_path / "me", "--device", "cpu", "--json")
     rec = json.loads(result.stdout)
     assert result.exit_code == 1 and rec["passed"] == 0 and rec["checked"] > 0, rec
+    table = kplay("check", tmp_path / "me", "--device", "cpu").stdout
+    assert "not compared" in table and "inf" not in table and "printed 0 values, expected 8" in table, table
 
 
 @pytest.mark.nvcc
@@ -191,3 +193,14 @@ def test_show_ptx_of_a_marked_rung_is_the_starters_code_unless_solution(kplay):
 
     assert "__shfl_down_sync" not in sources()  # the starter has no shuffle to compile
     assert "__shfl_down_sync" in sources("--solution")
+    listing = kplay("show", "sum", "--variant", "shuffle", "--ptx", "--kernel", "<float>")
+    title = next(line for line in listing.stdout.splitlines() if "· ptx ·" in line)
+    assert "sum_shuffle.cu (the starter of " in title and "kplay-starter-" not in title, title
+
+
+@pytest.mark.nvcc
+def test_checking_a_cuda_exercise_without_a_gpu_says_why(kplay, tmp_path, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert kplay("start", "sum/shuffle", tmp_path / "me").exit_code == 0
+    result = kplay("check", tmp_path / "me")
+    assert result.exit_code == 2 and "has only cuda variants (shuffle); this run is on cpu (no GPU here" in result.stderr

@@ -113,6 +113,17 @@ def test_a_spec_without_tolerance_names_the_family_and_the_hook(kplay, tmp_path)
     assert "rowsum" not in result.stderr and "notol: spec.py has no tolerance(*inputs, dtype)" in result.stderr
 
 
+@pytest.mark.parametrize("broken, line, says", [("def f(:\n", 1, "invalid syntax"),
+                                                  ("import no_such_module\n", 1, "ModuleNotFoundError: No module named"),
+                                                  ("x = 1\nraise RuntimeError('boom')\n", 2, "RuntimeError: boom")])
+def test_a_spec_that_fails_to_load_is_one_line_with_its_line(kplay, tmp_path, broken, line, says):
+    text = (rows_family(tmp_path / "x") / "spec.py").read_text()
+    folder = rows_family(tmp_path / "broken", text + broken)
+    result = kplay("run", folder, "--device", "cpu")
+    assert result.exit_code == 2, result.output
+    assert f"spec.py:{text.count(chr(10)) + line}: {says}" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_a_near_miss_of_a_hook_gets_a_did_you_mean(kplay, tmp_path):
     text = (rows_family(tmp_path / "x") / "spec.py").read_text()
     folder = rows_family(tmp_path / "typo", text.replace("def tolerance(", "def tolerence("))
@@ -234,3 +245,14 @@ def test_an_output_that_changes_after_its_stream_finished_is_named():
     assert not runner._moved(done.clone(), done) and not runner._moved((done.clone(),), (done, 3))
     assert runner._moved(torch.tensor([0.0, float("nan")]), done)  # read before the side stream's kernel wrote it
     assert runner._moved(torch.zeros(3), torch.zeros(2)) and "another stream" in runner.LATE
+
+
+def test_a_size_above_the_familys_cap_is_refused_and_eject_keeps_the_cap(kplay, tmp_path):
+    result = kplay("run", "print_array", "--n", "1e9", "--device", "cpu")
+    assert result.exit_code == 2 and "--n 1e9: above print_array's largest n, 1,000,000" in result.stderr
+    many = kplay("run", "print_array", "--values", ",".join(["1"] * 1_000_001), "--device", "cpu")
+    assert many.exit_code == 2 and "--values: more than print_array's largest n, 1,000,000" in many.stderr
+    assert "(at most 1,000,000)" in kplay("show", "print_array").stdout
+    assert kplay("eject", "print_array", tmp_path / "pa").exit_code == 0
+    again = kplay("run", tmp_path / "pa", "--n", "1000001", "--device", "cpu")
+    assert again.exit_code == 2 and "above print_array's largest n" in again.stderr

@@ -96,6 +96,14 @@ def test_watch_bad_folder_is_one_line_and_exit_2(kplay, tmp_path, make, message)
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
 
 
+def test_watch_without_watchfiles_says_so_before_any_run(kplay, ejected, monkeypatch):
+    monkeypatch.setitem(sys.modules, "watchfiles", None)  # import watchfiles now raises ImportError
+    monkeypatch.setattr("playground.isolate.warm", lambda: pytest.fail("a worker was started"))
+    result = kplay("watch", ejected, "--no-bench")
+    assert result.exit_code == 2 and "kplay watch needs watchfiles" in result.stderr, result.output
+    assert "watching" not in result.output and "compiled" not in result.output
+
+
 def settle(lines, quiet=5.0, most=90.0):
     """Wait until the child has printed nothing for `quiet` seconds, and its last line says it is watching."""
     start, last, said = time.monotonic(), time.monotonic(), "watching"  # the caller has just seen it
