@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -39,9 +40,14 @@ def to_toml(data: dict, prefix: str = "") -> str:
 
 
 def _refuse_overwrite(paths: list[Path], force: bool) -> None:
-    existing = [str(p) for p in paths if p.exists()]
+    existing = [p for p in paths if p.exists()]
     if existing and not force:
-        raise UsageError(f"will not overwrite {', '.join(existing)} (use --force)")
+        if len(existing) > 2:  # the folder and a count: a list of every path is longer than a terminal line
+            root = Path(os.path.commonpath(existing))
+            shown = f"{len(existing)} files in {root} ({existing[0].relative_to(root)}, …)"
+        else:
+            shown = ", ".join(map(str, existing))
+        raise UsageError(f"will not overwrite {shown} (use --force)")
 
 
 def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, force: bool = False,

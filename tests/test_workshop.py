@@ -27,7 +27,7 @@ def test_eject_writes_rendered_sources_and_never_overwrites(kplay, tmp_path):
     assert sorted(p.name for p in target.iterdir()) == ["spec.py", "sum.cpp", "task.toml"]
     (target / "sum.cpp").write_text((target / "sum.cpp").read_text() + "// my change\n")
     again = kplay("eject", "sum", target, "--device", "cpu")
-    assert again.exit_code == 2 and "will not overwrite" in again.stderr
+    assert again.exit_code == 2 and f"will not overwrite 3 files in {target} (" in again.stderr
     assert (target / "sum.cpp").read_text().endswith("// my change\n")
     forced = kplay("eject", "sum", target, "--device", "cpu", "--force")
     assert forced.exit_code == 0 and not (target / "sum.cpp").read_text().endswith("// my change\n")
