@@ -634,7 +634,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
           device: Dev = Device.auto, name: Student = None, json_: Json = False):
     """Grade an exercise: the check at every test size and the main size, then the time against the reference.
 
-    Exit code: the run's (0 passed, 1 check failed, 3 build error, 4 crash).
+    Exit code: the run's (0 passed, 1 check failed, 2 usage error, 3 build error, 4 crash).
     """
     from playground import exercise
 

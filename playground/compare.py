@@ -46,8 +46,10 @@ def rows(before: dict, after: dict) -> list[tuple[str, dict, dict, str]]:
 
 def differences(before: dict, after: dict) -> list[str]:
     """What makes the two runs not like for like (another family, device, dtype or size)."""
-    def shown(value) -> str:  # sizes as kplay writes them: n=10,000
-        return " ".join(f"{k}={v:,}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+    def shown(value) -> str:  # sizes as kplay writes them: n=10,000 (a --values list as it is)
+        if not isinstance(value, dict):
+            return str(value)
+        return " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in value.items())
 
     keys = ("family", "device", "dtype", "sizes")
     return [f"{k}: {shown(before.get(k))} before, {shown(after.get(k))} now" for k in keys

@@ -148,7 +148,8 @@ def short_name(signature: str, width: int = 40) -> str:
     No return type, no parameters, no namespaces; template arguments shortened past `width` characters,
     and a name still longer than that cut.
     """
-    name = re.sub(r"( \[clone [^]]*\])+$", "", signature.strip()).removesuffix(" const")  # GCC's .cold copy; a method
+    name = re.sub(r"( \[clone [^]]*\])+$", "", signature.strip())  # GCC's .cold (or .isra) copies
+    name = re.sub(r"( const| volatile| &&| &)+$", "", name)  # a method's qualifiers
     if name.endswith(")"):  # the parameter list: from the '(' that matches the last ')'
         starts = [i for i, c, depth in _top_level(name) if c == "(" and depth == 0]
         name = name[:starts[-1]] if starts else name

@@ -80,7 +80,8 @@ def module(fam: Family):
             raise UsageError(f"{path}:{e.lineno}: {e.msg}") from None
         except Exception as e:  # raised while spec.py runs: its own line, not importlib's
             line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == str(path)), "?")
-            raise UsageError(f"{path}:{line}: {type(e).__name__}: {e}") from None
+            first = (str(e).splitlines() or [""])[0]
+            raise UsageError(f"{path}:{line}: {type(e).__name__}: {first}") from e  # KPLAY_DEBUG=1: where it was
         _modules[key] = mod
     return _modules[key]
 

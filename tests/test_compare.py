@@ -84,3 +84,10 @@ def test_against_with_no_bench_is_a_usage_error(kplay, before, tmp_path):
     (tmp_path / "before.json").write_text(json.dumps(before))
     result = kplay("run", "sum", "--device", "cpu", "--no-bench", "--against", tmp_path / "before.json")
     assert result.exit_code == 2 and "--against compares timings: it cannot go with --no-bench" in result.stderr
+
+
+def test_against_a_values_run_shows_its_values_as_they_are(kplay, tmp_path):
+    first = kplay("run", "print_array", "--device", "cpu", "--values", "1,2", "--json")
+    (tmp_path / "before.json").write_text(first.stdout)
+    result = kplay("run", "print_array", "--device", "cpu", "--values", "3,4", "--against", tmp_path / "before.json")
+    assert "Traceback" not in result.output and "values=[1, 2] before" in " ".join(result.output.split()), result.output

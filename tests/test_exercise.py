@@ -200,7 +200,8 @@ def test_show_ptx_of_a_marked_rung_is_the_starters_code_unless_solution(kplay):
 
 @pytest.mark.nvcc
 def test_checking_a_cuda_exercise_without_a_gpu_says_why(kplay, tmp_path, monkeypatch):
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU in the worker, which picks the device
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # nor here
     assert kplay("start", "sum/shuffle", tmp_path / "me").exit_code == 0
     result = kplay("check", tmp_path / "me")
     assert result.exit_code == 2 and "has only cuda variants (shuffle); this run is on cpu (no GPU here" in result.stderr

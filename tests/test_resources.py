@@ -58,6 +58,7 @@ def test_names_lose_return_type_parameters_and_namespaces_and_long_template_argu
     assert resources.short_name("plain") == "plain" and resources.short_name("heavy(float*, int)") == "heavy"
     assert resources.short_name("sum(torch::stable::Tensor) [clone .cold]") == "sum"
     assert resources.short_name("std::ctype<char>::do_widen(char) const") == "do_widen"
+    assert resources.short_name("X::f() const volatile &&") == "f"
     torch_sum = next(e["name"] for e in profiled()["torch.sum"] if e["cat"] == "kernel")
     assert resources.short_name(torch_sum) == "reduce_kernel<512, 1, ReduceOp<...>>"
     gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel"
