@@ -9,7 +9,8 @@
 from .errors import BuildError, KernelCrash, KplayError, UsageError
 from .registry import families, find
 from .request import Request, make
-from .runner import RunResult, run
+from .results import RunResult
+from .runner import run
 
 
 def load(name: str, variant: str | None = None, device: str = "cpu", params: dict | None = None,

@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .errors import UsageError
+from .timing import Stats, same
 
 # The fields the board reads, and their JSON types; "student" is optional (the file's stem stands in).
 NEEDED = {"family": str, "variant": str, "passed": int, "checked": int, "failures": dict, "exit_code": int}
@@ -42,6 +43,7 @@ class Entry:
     baseline: str | None
     exit_code: int
     file: str
+    noise: float = 0.0  # the speedup's relative noise
 
     @property
     def complete(self) -> bool:
@@ -124,24 +126,39 @@ def entry(data, path: Path) -> Entry:
                  exercise=f"{data['family']}/{data['variant']}", passed=data["passed"], checked=data["checked"],
                  failures=dict(failures), speedup=None if speedup is None else float(speedup),
                  baseline=data.get("baseline") if isinstance(data.get("baseline"), str) else None,
-                 exit_code=data["exit_code"], file=str(path))
+                 exit_code=data["exit_code"], file=str(path), noise=_noise(data.get("speedup_noise")))
 
 
 def rank(entries: list[Entry]) -> list[Ranked]:
-    """One Ranked per exercise (by name): most cases passed first, then the fastest, then by name."""
+    """One Ranked per exercise (by name): most cases passed first, then the fastest, then by name; ties (the
+    same cases, speedups the same within the noise) share a rank."""
     groups: dict[str, list[Entry]] = {}
     for e in entries:
         groups.setdefault(e.exercise, []).append(e)
     out = []
     for exercise in sorted(groups):
         best = sorted(groups[exercise], key=lambda e: (-e.passed, -(e.speedup or 0.0), e.student.lower()))
-        rows, last = [], None
+        rows, leader = [], None
         for k, e in enumerate(best, 1):
-            score = (e.passed, e.speedup)
-            rows.append((rows[-1][0] if score == last else k, e))
-            last = score
+            tied = leader is not None and _tied(leader, e)
+            rows.append((rows[-1][0] if tied else k, e))
+            leader = leader if tied else e
         out.append(Ranked(exercise, rows))
     return out
+
+
+def _tied(a: Entry, b: Entry) -> bool:
+    """The same cases passed, and speedups the same within their noise (timing.same: the rule `kplay run` uses)."""
+    if a.passed != b.passed or (a.speedup is None) != (b.speedup is None):
+        return False
+    if a.speedup is None:
+        return True
+    speed = lambda e: Stats(e.speedup, e.speedup, e.speedup, 1, "speedup", noise=e.noise)
+    return same(speed(a), speed(b)) or a.speedup == b.speedup
+
+
+def _noise(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
 
 
 def failure_text(failures: dict[str, int]) -> str:
@@ -173,7 +190,7 @@ def table(groups: list[Ranked]) -> Group:
     if common:
         said = ", ".join(f"{kind} {n}" for kind, n in common)
         parts.append(Text(f"students with each failure: {said} (of {students})", style="dim"))
-    parts.append(Text("ranked by cases passed, then by speedup; ties share a rank", style="dim"))
+    parts.append(Text("ranked by cases passed, then by speedup; ties (within the noise) share a rank", style="dim"))
     return Group(*parts)
 
 
@@ -230,15 +247,13 @@ def ours(path: Path) -> bool:
     return GENERATOR in head
 
 
-def write(groups: list[Ranked], out: Path) -> list[Path]:
-    """Write board.csv and board.html into out (made if missing); their paths."""
-    from .board_page import page
-
+def write(groups: list[Ranked], out: Path, html: str) -> list[Path]:
+    """Write board.csv and board.html (the page, board_page.page) into out (made if missing); their paths."""
     csv_path, html_path = targets(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_csv(groups, csv_path)
-        html_path.write_text(page(groups), encoding="utf-8")
+        html_path.write_text(html, encoding="utf-8")
     except OSError as e:
         raise UsageError(f"--out {out}: cannot write there ({e.strerror})") from None
     return [csv_path, html_path]

@@ -120,7 +120,7 @@ def footer(groups: list[Ranked]) -> str:
     students = sum(len(g.rows) for g in groups)
     said = ", ".join(f"{escape(kind)} {n}" for kind, n in common)
     across = f"<p>Students with each failure: {said} (of {students}).</p>" if common else ""
-    return (f"<footer>{across}<p>Ranked by cases passed, then by speedup over the reference; ties share a rank. "
+    return (f"<footer>{across}<p>Ranked by cases passed, then by speedup over the reference; ties (within the noise) share a rank. "
             "Made by <code>kplay board</code> from <code>kplay check --json</code> records.</p></footer>")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import io
 import json
@@ -10,15 +9,15 @@ import os
 import re
 import shutil
 import time
-from contextlib import contextmanager, redirect_stdout
+from contextlib import redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import disasm, events, pch, render, resources
+from . import events, pch, render
 from .capture import stdout_fd
 from .errors import BuildError
 from .registry import Family, Variant
-from .toolchain import cache_dir, compiler, cpu_model, nvidia_library, remark_flags, setup_env
+from .toolchain import cache_dir, cache_lock, compiler, cpu_model, nvidia_library, remark_flags, setup_env
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
 CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
@@ -27,6 +26,9 @@ CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel'
 CXX_LINES = ["-g1"]
 CUDA_LINES = ["-lineinfo"]
 MAX_ERRORS = 3
+KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin (--keep), for `kplay show`
+COMPILER_LOG = "compiler.log"  # what the compilers printed: ptxas's resource lines, the loop remarks
+LAYOUT = 2  # of a build's folder: a change gives every build a new name (2: the compiler's log, not its parts)
 _loaded: set[str] = set()  # builds whose library this process has loaded
 ENGINE_INCLUDE = Path(__file__).resolve().parent / "include"  # kplay/stable.h, on every build's -I path
 
@@ -38,17 +40,13 @@ class BuildInfo:
     cached: bool
     loops: list = field(default_factory=list)  # the C++ compiler's verdict on each loop of the student's files
 
+    def with_loops(self, loops: list) -> BuildInfo:
+        return BuildInfo(self.name, self.seconds, self.cached, loops)
 
-@contextmanager
-def _locked(path: Path):
-    """An exclusive lock the OS drops when its holder dies: a killed build never leaves a stale lock."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+
+def folder(name: str) -> Path:
+    """A build's folder in the cache: its library, its compiler's output, nvcc's kept files."""
+    return cache_dir() / name
 
 
 def engine_headers() -> dict[str, str]:
@@ -85,14 +83,14 @@ def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[s
         args["extra_include_paths"].append(inc)
         args["extra_ldflags"].append(so)
     cpu = cpu_model() if machine_flags else ""  # -march=native: a cache shared between machines must not mix CPUs
-    salt = [torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else "",
+    salt = [LAYOUT, torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else "",
             headers]
     digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]
     args["extra_cflags"] += ns
     if has_cuda:  # nvcc leaves the PTX and the cubin it made in the build's folder: what --ptx and --sass show
-        args["extra_cuda_cflags"] += [*ns, "--keep", f"--keep-dir={cache_dir() / name / disasm.KEEP}"]
+        args["extra_cuda_cflags"] += [*ns, "--keep", f"--keep-dir={folder(name) / KEEP}"]
     return name, args
 
 
@@ -107,31 +105,31 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
     name, args = _identity(family, variant, srcs)
-    where = cache_dir() / name
+    where = folder(name)
     so = where / f"{name}.so"
     marker = where / "kplay.json"
     # The same content is already in this process (a library loads only once). Its folder must still be
     # there for `kplay show`; after a `kplay clean` it is built again (dlopen of the same path is a no-op).
     if name in _loaded and _valid(marker, so):
-        return getattr(torch.ops, name), BuildInfo(name, 0.0, True, disasm.loops(where, family, variant))
+        return getattr(torch.ops, name), BuildInfo(name, 0.0, True)
     start = time.perf_counter()
-    with _locked(cache_dir() / "locks" / f"{name}.lock"):
+    with cache_lock(name):
         cached = _valid(marker, so)
         if not cached:
             on_event(events.BUILD_START, variant=variant.name)
             shutil.rmtree(where, ignore_errors=True)  # a partial or corrupt entry: start clean
-            (where / disasm.KEEP).mkdir(parents=True)  # nvcc's --keep-dir
+            (where / KEEP).mkdir(parents=True)  # nvcc's --keep-dir
             own = [f for f in args["extra_cflags"] if not f.startswith("-DKPLAY_NS=")]  # the build's flags, less its name
             args["extra_cflags"] += pch.include_flags(args["cpp_sources"], own, on_event, variant.name)
-            output = _compile(name, where, args, family, variant)
-            if args["cuda_sources"]:
-                resources.save(where, output)  # before the marker: a build with a marker has its resources
-            disasm.keep(where, output, family)  # the loop remarks; nvcc's PTX and cubin
+            (where / COMPILER_LOG).write_text(_compile(name, where, args, family, variant))
+            for f in (where / KEEP).glob("*"):  # of nvcc's intermediate files, only what `kplay show` reads
+                if f.suffix not in (".ptx", ".cubin"):
+                    f.unlink()
             marker.write_text(json.dumps({"so": so.name, "size": so.stat().st_size}))
         else:
             torch.ops.load_library(str(so))
     _loaded.add(name)
-    info = BuildInfo(name, round(time.perf_counter() - start, 3), cached, disasm.loops(where, family, variant))
+    info = BuildInfo(name, round(time.perf_counter() - start, 3), cached)
     on_event(events.BUILD_DONE, variant=variant.name, seconds=info.seconds, cached=cached)
     return getattr(torch.ops, name), info
 

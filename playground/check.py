@@ -1,8 +1,18 @@
-"""Compare a kernel's outputs with the reference: a result, not a print."""
+"""The check protocol: every case on poisoned memory, compared with the reference; a result, not a print.
+
+A variant passes when, at each of the family's test sizes, the requested size, its probe and the same
+memory reused, its outputs match the float64 reference within the tolerance, in stream order, and the
+inputs come back unchanged. Messages name the student's files, not the build cache's copies.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass, field
+
+from . import events
+from .errors import KernelCrash, UsageError
 
 MAX_MISMATCHES = 5
 
@@ -16,6 +26,10 @@ class Check:
     mismatches: list[str] = field(default_factory=list)
     cases: list[str] = field(default_factory=list)  # the sizes checked, e.g. "n=1"
     failed: dict = field(default_factory=dict)  # each failing case's first message: mismatches stop at 5, cases do not
+
+    def failing(self, reasons: list[str]) -> Check:
+        """The same check, failed for these further reasons (the timing's findings, gradcheck)."""
+        return dataclasses.replace(self, ok=False, mismatches=[*self.mismatches, *reasons])
 
 
 def as_tuple(x) -> tuple:
@@ -80,3 +94,187 @@ def _first_of_each(checks: list[Check]) -> list[str]:
     firsts = [line for line in lines if line[1] == 0][:MAX_MISMATCHES]
     rest = [line for line in lines if line[1] > 0][:MAX_MISMATCHES - len(firsts)]
     return [m for _, _, m in sorted(firsts + rest)]
+
+
+# ---- the protocol ---------------------------------------------------------------------------------------
+
+def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
+                  on_event=events.ignore) -> tuple[Check, str, dict]:
+    """Every case (_cases), on poisoned memory, in order, then the requested size in reused memory, then the
+    spec's own verdicts (gradcheck): the merged Check, what the requested size printed, those verdicts."""
+    checks, shown, main_label = [], "", case_label(fam, req.sizes)
+    try:
+        for label, make in _cases(spec, fam, req, main, dtype, device):
+            on_event(events.CHECK, variant=name, case=label)
+            check, stdout = _one(spec, ops, name, make(), dtype, label)
+            checks.append(check)
+            shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
+        if "values" not in req.sizes:
+            on_event(events.CHECK, variant=name, case=main_label + " reused")
+            main_ok = all(c.ok for c in checks if c.cases == [main_label])  # fresh memory, this size
+            reused = _reused(spec, ops, name, main, dtype, main_label, fresh_ok=main_ok)
+            checks += [reused] if reused else []
+    except KernelCrash as e:
+        raise KernelCrash(in_sources(str(e), fam, fam.variants[name])) from None
+    check, extra = merge(checks), spec.extra(ops, name, main)
+    failing = [f"{k}: FAIL" for k, val in extra.items() if val == "FAIL"]
+    return (check.failing(failing) if failing else check), shown, extra
+
+
+REUSED = ("the same memory with new values gave a wrong answer: a result kept from an earlier call "
+          "(cached by its pointer, or by a sample of its values), or work still running on another stream?")
+
+
+def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool) -> Check | None:
+    """The requested size in memory the kernel has seen before, its floating-point values negated in place
+    (the first and the last kept): a result cached by pointer, or by a hash of a few elements, is stale
+    here and fails, with the likely causes first where the same size passed in fresh memory (`fresh_ok`).
+    None where nothing can change (no float input) or the output is printed."""
+    import torch
+
+    inputs = tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in main)
+    floats = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 2
+              and x.is_contiguous()]
+    if not floats or spec.from_stdout:
+        return None
+    case = label + " reused"
+    try:
+        spec.call(ops, variant, *inputs)  # what a cache would keep
+    except Exception as e:
+        raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
+    for x in floats:  # in place: the same pointer, the same first and last elements
+        x.view(-1)[1:-1].neg_()
+    check, _ = _one(spec, ops, variant, inputs, dtype, case)
+    if check.ok or not fresh_ok:
+        return check
+    return dataclasses.replace(check, mismatches=[f"{case}: {REUSED}", *check.mismatches])
+
+
+def case_label(fam, sizes: dict) -> str:
+    """'n=1025', 'batch=1 features=32 state=128': a case by its sizes."""
+    return " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
+
+
+def _cases(spec, fam, req, main, dtype, device):
+    """(label, inputs maker): each test size, the requested size (inputs `main`), and its probe if the spec has one."""
+    import torch
+
+    for test in ([] if "values" in req.sizes else fam.test_sizes):
+        sizes = {**req.sizes, **test}
+        yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed)
+    yield case_label(fam, req.sizes), lambda: main
+    if spec.probe and "values" not in req.sizes:  # the same size, changed where each element's position matters
+        yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, torch.Generator().manual_seed(req.seed + 1))
+
+
+def make_inputs(spec, sizes, dtype, device, seed):
+    """Seeded inputs, made on the CPU (the same numbers on every device), then moved."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    try:
+        made = spec.make_inputs(sizes, dtype, "cpu", gen)
+        return tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in made)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    except (RuntimeError, MemoryError) as e:
+        if isinstance(e, MemoryError) or "memory" in str(e).lower() or "alloc" in str(e).lower():
+            shown = ", ".join(f"{k}={v:,}" for k, v in sizes.items() if isinstance(v, int))
+            raise UsageError(f"not enough memory for the inputs at {shown}") from None
+        raise
+
+
+def _one(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, str]:
+    """Run the variant once on poisoned memory and compare; the input must come back unchanged."""
+    import torch
+
+    from .capture import stdout_fd
+
+    ref = spec.reference(*inputs)
+    tol, source = spec.tolerance(*inputs, dtype)
+    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    if spec.output_like:
+        _poison(spec.output_like(*inputs))
+    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+    try:
+        with stdout_fd() as printed:
+            made = spec.call(ops, variant, *inputs)
+            # Each output is read in stream order on PyTorch's current stream, before any device-wide sync:
+            # a kernel whose work is still running on another stream gives what the poisoned memory held.
+            out = _read_in_stream_order(made) if cuda else made
+            if cuda:
+                torch.cuda.synchronize()  # an error in work that nothing read shows here; printf reaches stdout
+    except Exception as e:
+        raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
+    if spec.from_stdout:
+        try:
+            out = spec.from_stdout(printed.text, *inputs)
+        except AssertionError as e:
+            return failed(str(e), source, case), printed.text
+    result = compare(out, ref, tol, source, case, spec.outputs)
+    if cuda and not result.ok and moved(out, made):
+        result = dataclasses.replace(result, mismatches=[f"{case}: {LATE}", *result.mismatches])
+    for k, (a, b) in enumerate(zip(before, inputs)):
+        if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
+            result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
+    return result, printed.text
+
+
+LATE = ("the output changed after PyTorch's stream had finished: work still running on another stream "
+        "(launch on PyTorch's current stream, or make it wait for yours)")
+
+
+def moved(host, made) -> bool:
+    """Whether an output read in stream order differs from the same output once the whole GPU has finished."""
+    import torch
+
+    for h, d in zip(as_tuple(host), as_tuple(made)):
+        if isinstance(h, torch.Tensor) and isinstance(d, torch.Tensor):
+            d = d.detach().cpu()
+            if h.shape != d.shape:
+                return True
+            same = (h == d) | (h.isnan() & d.isnan()) if h.is_floating_point() else h == d
+            if not bool(same.all()):
+                return True
+    return False
+
+
+def _read_in_stream_order(out):
+    """The outputs copied to pinned host memory on the current stream, which alone is then waited for (a
+    copy to pageable memory may wait for more than that stream)."""
+    import torch
+
+    host = tuple(o.detach().to("cpu", non_blocking=True) if isinstance(o, torch.Tensor) else o for o in as_tuple(out))
+    torch.cuda.current_stream().synchronize()
+    return host if isinstance(out, (tuple, list)) else host[0]
+
+
+def _poison(like):
+    """Fill memory the allocator will hand out next with NaN (or -1), so unwritten outputs show."""
+    import torch
+
+    for t in like:
+        junk = torch.empty_like(t)
+        junk.fill_(float("nan") if t.is_floating_point() else -1)
+        del junk
+
+
+# A C++ check's message names the copy of the source in the build cache; these name the student's file.
+CACHED = re.compile(r"\S*?(main\.cpp|cuda\.cu):(\d+)")
+STD_CHECK = re.compile(r"^(?P<head>.*?: )\w+, (?P<where>\S+:\d+), (?P<msg>.*)$")  # STD_TORCH_CHECK: "fn, file:line, msg"
+
+
+def in_sources(message: str, fam, variant) -> str:
+    """'... /cache/kplay_sum_cpp_1a2b/main.cpp:54 ...' -> '... snippets/sum/sum.cpp:54 ...'."""
+    def source(m: re.Match) -> str:
+        ours = [s for s in variant.sources if s.endswith(".cu") == (m[1] == "cuda.cu")]
+        return f"{fam.path / ours[0]}:{m[2]}" if ours else m[0]
+
+    mapped = CACHED.sub(source, message)
+    std = STD_CHECK.match(mapped)
+    return f"{std['head']}{std['msg']} ({std['where']})" if std else mapped
+
+
+def first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

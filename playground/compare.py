@@ -6,17 +6,15 @@ import json
 from pathlib import Path
 
 from .errors import UsageError
+from .timing import Stats, same
 
 
 def verdict(before: dict, after: dict) -> str:
-    """'same' when the medians differ by less than the larger noise or the interquartile ranges overlap
-    (either says the difference is not shown); otherwise 'faster' or 'slower' (after against before)."""
-    a, b = before["median_s"], after["median_s"]
-    within_noise = abs(a - b) < max(before.get("noise", 0.0), after.get("noise", 0.0)) * min(a, b)
-    overlap = after["q1_s"] <= before["q3_s"] and before["q1_s"] <= after["q3_s"]
-    if within_noise or overlap:
+    """'same' within the noise (timing.same); otherwise 'faster' or 'slower' (after against before)."""
+    old, new = Stats.from_dict(before), Stats.from_dict(after)
+    if same(old, new):
         return "same"
-    return "faster" if b < a else "slower"
+    return "faster" if new.median_s < old.median_s else "slower"
 
 
 def load(path: Path) -> dict:

@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import BuildError, UsageError
-from .resources import short_name
+from .build import COMPILER_LOG, KEEP, build, folder
+from .names import short_name
 
-KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin
-REMARKS = "remarks.txt"
 WHEELS = {"nvdisasm": "nvidia-cuda-nvdisasm", "cuobjdump": "nvidia-cuda-cuobjdump"}
 
 
@@ -55,15 +54,6 @@ class Listing:
 REMARK = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):\d+: (?:optimized|missed|remark): (?P<msg>.*)$")
 
 
-def keep(where: Path, output: str, family) -> None:
-    """After a build: the remarks on the student's files into REMARKS; of nvcc's kept files, the PTX and cubin."""
-    remarks = [ln for ln in output.splitlines() if (m := REMARK.match(ln)) and _is_students(m["file"], where, family)]
-    (where / REMARKS).write_text("".join(f"{ln}\n" for ln in remarks))
-    for f in (where / KEEP).glob("*"):
-        if f.suffix not in (".ptx", ".cubin"):
-            f.unlink()
-
-
 def loops(where: Path, family, variant) -> list[dict]:
     """Each loop of the student's files with the compiler's verdict: {file, line, vectorized, copies, how, why_not}.
 
@@ -72,7 +62,7 @@ def loops(where: Path, family, variant) -> list[dict]:
     if variant.device == "cuda":
         return []
     try:
-        text = (where / REMARKS).read_text()
+        text = (where / COMPILER_LOG).read_text()
     except OSError:
         return []
     found = [asdict(loop) | {"file": student_file(loop.file, where, family, variant)} for loop in parse_remarks(text)
@@ -375,12 +365,9 @@ def compiled(kind: str, family, variant, params: dict, on_event) -> tuple[list[L
     """Build the variant (or find it cached) and read its code: (listings, source lines by file, loops)."""
     import logging
 
-    from .build import build
-    from .toolchain import cache_dir
-
     require(kind, family, variant)
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on CPU boxes
     _, info = build(family, variant, params, on_event)
-    where = cache_dir() / info.name
+    where = folder(info.name)
     found = listings(kind, where, family, variant)
-    return found, source_lines(found, where, family, variant), info.loops
+    return found, source_lines(found, where, family, variant), loops(where, family, variant)

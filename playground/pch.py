@@ -15,7 +15,7 @@ import re
 import subprocess
 import sysconfig
 
-from .toolchain import cache_dir, compiler, cpu_model
+from .toolchain import cache_dir, cache_lock, compiler, cpu_model
 
 HEADER = "#include <ATen/core/Tensor.h>\n#include <torch/library.h>\n"
 USES_ATEN = re.compile(r"#include\s*<(?:ATen/|torch/library\.h)")
@@ -38,9 +38,7 @@ def include_flags(sources: list[str], cflags: list[str], on_event, variant: str)
     if (folder / "failed").exists():  # this compiler refused once: no second 10 s attempt per build
         return []
     if not done.exists():
-        from .build import _locked
-
-        with _locked(cache_dir() / "locks" / f"pch-{key}.lock"):
+        with cache_lock(f"pch-{key}"):
             if not done.exists() and not _precompile(header, flags, on_event, variant):
                 return []
     return ["-include", str(header)]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import events, resources
 from .errors import UsageError
+from .names import short_name
 
 GPU_WORK = dict(zip(resources.GPU_WORK, ("kernel", "memset", "memcpy")))  # a trace category -> the kind shown
 RANGE = "kplay"  # the NVTX range around the profiled call; ncu --nvtx-include "kplay/"
@@ -31,6 +32,7 @@ METRICS = {  # ncu's metric name -> the record's key
     "Registers Per Thread": "registers", "Static Shared Memory Per Block": "static_shared_bytes",
     "Dynamic Shared Memory Per Block": "dynamic_shared_bytes",
 }
+WIDTH = 30  # of a kernel's name in the profile's tables
 ADMIN_ONLY = Path("/proc/driver/nvidia/params")  # "RmProfilingAdminOnly: 1": the counters are for root alone
 
 
@@ -48,20 +50,17 @@ def execute(req, on_event=events.ignore) -> "Profiled":
     """Build, warm up, then profile one call of each chosen variant and of the first baseline."""
     import torch
 
-    from . import spec as specs
-    from .build import build
-    from .runner import _inputs
+    from . import runner, spec as specs
 
     if not torch.cuda.is_available():  # asked here, not in kplay's process: `import torch` there costs seconds
         raise UsageError("kplay profile: no CUDA GPU is visible here")
     fam = req.load_family()
     spec = specs.load(fam)
-    chosen = fam.pick_variants("cuda", req.variant)
-    built = {v.name: build(fam, v, req.params, on_event)[0] for v in chosen}
+    built = runner.build_all(fam, fam.pick_variants("cuda", req.variant), req.params, on_event)
     dtype = getattr(torch, req.dtype)
-    inputs = _inputs(spec, req.sizes, dtype, "cuda", req.seed)
-    calls = [("variant", v, spec.function(ops, v)) for v, ops in built.items()]
-    calls += [("baseline", b, fn) for b, fn in list(spec.baselines.items())[:1]]
+    inputs = runner.make_inputs(spec, req.sizes, dtype, "cuda", req.seed)
+    calls = [("variant", v, spec.function(ops, v)) for v, (ops, _) in built.items()]
+    calls += [("baseline", b, fn) for b, fn in runner.chosen_baselines(spec, req).items()]
     on_event(events.PHASE, phase="profile")
     steps = [(kind, name, spec.timings(fn, inputs)) for kind, name, fn in calls]
     for _, _, each in steps:
@@ -124,26 +123,11 @@ def gpu_work(work: list[dict]) -> list[dict]:
     for e in sorted((e for e in work if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
         a = e.get("args", {})
         kind = GPU_WORK[e["cat"]]
-        rows.append({"kind": kind, "name": e["name"], "short": short_name(e["name"]) if kind == "kernel" else kind,
+        rows.append({"kind": kind, "name": e["name"], "short": short_name(e["name"], WIDTH) if kind == "kernel" else kind,
                      "us": float(e.get("dur", 0.0)), "grid": a.get("grid"), "block": a.get("block"),
                      "registers": a.get("registers per thread"), "shared_bytes": a.get("shared memory"),
                      "occupancy_pct": a.get("est. achieved occupancy %")})
     return rows
-
-
-def short_name(name: str, width: int = 30) -> str:
-    """'void sum_tree_kernel<float>(float const*, long, float*)' -> 'sum_tree_kernel<float>'; a long template
-    keeps its name: 'at::native::reduce_kernel<...>'."""
-    name = name.removeprefix("void ")
-    depth = 0
-    for i, ch in enumerate(name):
-        depth += (ch == "<") - (ch == ">")
-        if ch == "(" and depth == 0 and i > 0:
-            name = name[:i]
-            break
-    if len(name) > width and "<" in name:
-        name = name[:name.index("<")] + "<...>"
-    return name if len(name) <= width else name[:width - 3] + "..."
 
 
 def ncu_kernels(text: str) -> list[dict]:
@@ -156,7 +140,7 @@ def ncu_kernels(text: str) -> list[dict]:
     header, kernels = rows[0], {}
     for row in rows[1:]:
         r = dict(zip(header, row))
-        k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"], "short": short_name(r["Kernel Name"]), "hints": [],
+        k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"], "short": short_name(r["Kernel Name"], WIDTH), "hints": [],
                                          "grid": _triple(r.get("Grid Size")), "block": _triple(r.get("Block Size"))})
         if r.get("Metric Name") in METRICS:
             k[METRICS[r["Metric Name"]]] = _number(r["Metric Value"])
@@ -211,10 +195,10 @@ def run(req, on_event=events.ignore, ncu: bool = True) -> dict:
         else:
             note = NO_COUNTERS if "ERR_NVGPUCTRPERM" in text else f"the run under ncu failed: {error}"
         if note is None:
-            _rates(result)
+            rates(result)
             return result | {"ncu": None}
     result = isolate.run(req, on_event)  # a crash here is the run's error; under ncu it was only ncu's
-    _rates(result)
+    rates(result)
     return result | {"ncu": note}
 
 
@@ -247,7 +231,7 @@ def _under_ncu(req, exe: str, on_event) -> tuple[dict | None, str, Exception | N
         return result, (log.read_text(errors="replace") if log.exists() else ""), error
 
 
-def _rates(result: dict) -> None:
+def rates(result: dict) -> None:
     """Each contender's GPU time (its kernels, and any memsets and copies, added up), GB/s and % of peak."""
     for c in result["contenders"]:
         total = sum(k["us"] for k in c["kernels"])

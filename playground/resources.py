@@ -17,9 +17,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .toolchain import cache_dir, cuda_home
+from .build import COMPILER_LOG, folder
+from .names import short_name
+from .toolchain import cuda_home
 
-FILE = "resources.json"  # beside the build's .so, written before the build's marker
+FILE = "resources.json"  # beside the build's .so: its kernels, parsed once from the compiler's log
 
 # ptxas info    : Compiling entry function '_Z15sum_tree_kernelIfEvPKT_lPS0_' for 'sm_90'
 ENTRY = re.compile(r"Compiling entry function '(?P<name>[^']+)' for '(?P<arch>\w+)'")
@@ -68,23 +70,33 @@ def demangle(names: list[str]) -> dict[str, str]:
     return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
 
 
-def save(where: Path, build_output: str) -> list[dict]:
-    """Parse a build's output and keep its kernels beside the library; returns them."""
-    kernels = parse_ptxas(build_output)
+def _parsed(where: Path) -> list[dict]:
+    """The build's kernels from its compiler's log (none for a C++ build), kept in FILE for the next read."""
+    try:
+        kernels = parse_ptxas((where / COMPILER_LOG).read_text())
+    except OSError:
+        return []
     readable = demangle(sorted({k["mangled"] for k in kernels}))
     for k in kernels:
         k["signature"] = readable[k["mangled"]]
         k["name"] = short_name(k["signature"])
-    (where / FILE).write_text(json.dumps({"kernels": kernels}, indent=1))
+    try:
+        (where / FILE).write_text(json.dumps({"kernels": kernels}, indent=1))
+    except OSError:  # a read-only cache: parsed again next time
+        pass
     return kernels
 
 
 def of_build(build_name: str, arch: str | None = None) -> list[dict]:
-    """A cached build's kernels for one arch: `arch` where it was compiled for it, else its last (highest)."""
+    """A cached build's kernels for one arch: `arch` where it was compiled for it, else its last (highest).
+
+    Read from ptxas's lines in the compiler's log, demangled, once; then from FILE beside it.
+    """
+    where = folder(build_name) if build_name else None
     try:
-        kernels = json.loads((cache_dir() / build_name / FILE).read_text())["kernels"] if build_name else []
-    except (OSError, ValueError, KeyError):
-        return []  # a C++ build, or one from before resources were kept
+        kernels = json.loads((where / FILE).read_text())["kernels"]
+    except (OSError, ValueError, KeyError, TypeError):
+        kernels = _parsed(where) if where else []
     archs = [k["arch"] for k in kernels]
     pick = arch if arch in archs else (archs[-1] if archs else None)
     return [k for k in kernels if k["arch"] == pick]
@@ -108,68 +120,6 @@ def for_dtype(kernels: list[dict], dtype: str) -> list[dict]:
 
 
 # ---- names ---------------------------------------------------------------------------------------------
-
-OPEN, CLOSE = "<([{", ">)]}"
-
-
-def _top_level(text: str):
-    """(index, char, depth) for each character, the depth counted over <>, (), [] and {}."""
-    depth = 0
-    for i, c in enumerate(text):
-        if c in CLOSE:
-            depth -= 1
-        yield i, c, depth
-        if c in OPEN:
-            depth += 1
-
-
-def _split_args(text: str) -> list[str]:
-    """'512, 1, ReduceOp<float, 4>' -> ['512', '1', 'ReduceOp<float, 4>'] (commas at depth 0 only)."""
-    parts, start = [], 0
-    for i, c, depth in _top_level(text):
-        if c == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    return parts + [text[start:].strip()]
-
-
-def _unqualified(name: str) -> str:
-    """'at::native::reduce_kernel<...>' -> 'reduce_kernel<...>' (the last top-level '::' part)."""
-    cut = 0
-    for i, c, depth in _top_level(name):
-        if depth == 0 and name.startswith("::", i):
-            cut = i + 2
-    return name[cut:]
-
-
-def short_name(signature: str, width: int = 40) -> str:
-    """'void at::native::reduce_kernel<512, 1, at::native::ReduceOp<...> >(...)' -> 'reduce_kernel<512, 1, ReduceOp<...>>'.
-
-    No return type, no parameters, no namespaces; template arguments shortened past `width` characters,
-    and a name still longer than that cut.
-    """
-    name = re.sub(r"( \[clone [^]]*\])+$", "", signature.strip())  # GCC's .cold (or .isra) copies
-    name = re.sub(r"( const| volatile| &&| &)+$", "", name)  # a method's qualifiers
-    if name.endswith(")"):  # the parameter list: from the '(' that matches the last ')'
-        starts = [i for i, c, depth in _top_level(name) if c == "(" and depth == 0]
-        name = name[:starts[-1]] if starts else name
-    spaces = [i for i, c, depth in _top_level(name) if c == " " and depth == 0]
-    name = _unqualified(name[spaces[-1] + 1:] if spaces else name)  # the return type (void) goes
-    base, lt, args = name.partition("<")
-    if len(name) <= width:
-        return name.replace("> >", ">>")
-    if not lt or len(base) > width - 6:  # cuBLAS's sm90_xmma_gemm_..._kernel: its start
-        return name[:width - 3] + "..."
-    shown = []
-    for arg in _split_args(args.rstrip().removesuffix(">")):
-        arg = _unqualified(arg)
-        arg = arg.split("<")[0] + "<...>" if "<" in arg else arg
-        if len(base) + len(", ".join([*shown, arg])) + 2 > width:
-            shown.append("...")
-            break
-        shown.append(arg)
-    return f"{base}<{', '.join(shown)}>"
-
 
 def key(signature: str) -> str:
     """The same kernel in c++filt's and the profiler's spelling: no spaces, no leading 'void'."""

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import events
+from .check import in_sources
 from .errors import CHECK_FAILED, KernelCrash, UsageError
+from .names import short_name
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PREFIX = "========="
@@ -56,8 +58,6 @@ def executable() -> str:
 
 def short_kernel(where: str) -> str:
     """'void sum_tree_kernel<float>(const T1 *, long, T1 *)+0x390' -> 'sum_tree_kernel<float>'."""
-    from .profile import short_name
-
     return short_name(re.sub(r"[+:]0x[0-9a-f]+$", "", where.strip()))
 
 
@@ -133,15 +133,13 @@ def student_place(f: Finding, fam, variants: list) -> str:
 
     The build folder's name tells the variant: kplay_<family>_<variant>_<hash>.
     """
-    from .runner import _in_sources
-
     if f.file is None:
         return f"offset {f.offset} (no -lineinfo)"
     folder = Path(f.file).parent.name
     named = sorted(variants, key=lambda v: -len(v.name))  # the longest first: tree_past_end before tree
     variant = next((v for v in named if folder.startswith(re.sub(r"\W", "_", f"kplay_{fam.name}_{v.name}_").lower())),
                    variants[0])
-    return _in_sources(f"{f.file}:{f.line}", fam, variant)
+    return in_sources(f"{f.file}:{f.line}", fam, variant)
 
 
 def record(tool: str, text: str, fam, variants: list, log: str) -> dict:

@@ -5,12 +5,14 @@ Probed without building anything, so `kplay doctor` and the timing code can ask 
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import platform
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import BuildError
@@ -21,6 +23,20 @@ def cache_dir() -> Path:
     if os.environ.get("KPLAY_CACHE"):
         return Path(os.environ["KPLAY_CACHE"]).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "kplay"
+
+
+@contextmanager
+def cache_lock(name: str):
+    """An exclusive lock on one entry of the cache, which the OS drops when its holder dies: a killed build
+    never leaves a stale lock."""
+    path = cache_dir() / "locks" / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def cuda_home() -> str | None:

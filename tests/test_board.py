@@ -102,6 +102,15 @@ def test_ranked_by_cases_passed_then_speedup_and_ties_share_a_rank(tmp_path):
     assert list(table[0])[:8] == board.CSV_HEAD and list(table[0])[-1] == "file"
 
 
+def test_speedups_the_same_within_their_noise_share_a_rank(tmp_path):
+    """The board's ties follow kplay run's 'same' (timing.same): 1.10x ±5% and 1.08x ±5% are one rank."""
+    noisy = lambda name, speedup, noise: {**record(name, speedup=speedup), "speedup_noise": noise}
+    paths = files(tmp_path / "in", noisy("ada", 1.10, 0.05), noisy("bob", 1.08, 0.05), noisy("cy", 1.08, 0.001),
+                  noisy("dee", 0.90, 0.001))
+    groups = board.rank(board.load([str(p) for p in paths]))
+    assert [(k, e.student) for k, e in groups[0].rows] == [(1, "ada"), (1, "bob"), (1, "cy"), (4, "dee")]
+
+
 def test_several_exercises_are_grouped_each_ranked_on_its_own(tmp_path):
     paths = files(tmp_path / "in", record("ada", speedup=1.2), record("bob", family="linear", variant="cuda-tiled",
                                                                         passed=3, checked=8, failures={"wrong value": 5}),
@@ -274,9 +283,9 @@ def _screenshot(browser, tmp_path: Path) -> None:
 
 
 def test_a_case_is_counted_by_its_diagnosis():
-    from playground import runner
+    from playground import check
     from playground.exercise import kind
 
-    assert kind("n=9 reused", f"n=9 reused: {runner.REUSED}") == "stale result"
+    assert kind("n=9 reused", f"n=9 reused: {check.REUSED}") == "stale result"
     assert kind("n=9 reused", "n=9 reused: out[]: got 1, expected 2") == "wrong value"  # wrong everywhere: no cache
-    assert kind("n=9", f"n=9: {runner.LATE}") == "wrong value"
+    assert kind("n=9", f"n=9: {check.LATE}") == "wrong value"

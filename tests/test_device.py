@@ -183,7 +183,7 @@ def gpu_record(n: int, seconds: float, copy: float | None = None, dtype="float32
     roof = p.roof(4 * n, n, dtype)[0]
 
     def timed(**more):
-        return {"time": stats, "timings": {"call": stats}, "walls": {}, "gbps": 4 * n / seconds / 1e9,
+        return {"time": stats, "timings": {"call": stats}, "walls": {}, "clock": "timings", "gbps": 4 * n / seconds / 1e9,
                 "gflops": n / seconds / 1e9, "pct_peak": 100 * roof / seconds, **more}
 
     check = {"ok": True, "max_abs_err": 0.0, "tolerance": 1.0, "tolerance_source": "tree", "cases": [f"n={n}"],
@@ -191,10 +191,10 @@ def gpu_record(n: int, seconds: float, copy: float | None = None, dtype="float32
     return {"family": "sum", "device": "cuda", "dtype": dtype, "seed": 0, "sizes": {"n": n}, "params": {},
             "torch": torch.__version__, "peak_gbps": p.bandwidth_gbps, "peak_gflops": p.flops(dtype),
             "peak_source": p.source, "copy_gbps": copy, "traffic": 4 * n, "flops": n, "bound": bound,
-            "baselines": {"torch.sum": timed(name="torch.sum")},
+            "rate": "gflops" if bound == "compute" else "gbps", "baselines": {"torch.sum": timed(name="torch.sum")},
             "variants": [timed(variant="fast", note="", build={}, check=check, speedup=1.0, speedups={},
                                stdout="", extra={})],
-            "warnings": [], "ok": True, "exit_code": 0}
+            "warnings": [], "ok": True, "exit_code": 0, "why": None}
 
 
 # ---- the roofline PNG ----------------------------------------------------------------------------------------
@@ -287,6 +287,9 @@ def test_gpu_linear_is_judged_against_the_compute_ceiling(kplay):
     (10.0, "memory", "GB/s"), (0.25, "compute", "GFLOP/s"),  # a GPU: the ceiling that binds decides
 ])
 def test_the_rate_column_follows_the_ceiling_that_binds(flops_per_byte, bound, header):
-    r = gpu_record(1000, 1e-6, bound=bound)
-    r["flops"] = int(flops_per_byte * r["traffic"])
+    from playground.results import RunResult
+
+    run = RunResult("sum", "cuda", "float32", 0, {"n": 1000}, {}, "2.11", traffic=4000, bound=bound,
+                    flops=int(flops_per_byte * 4000))
+    r = {**gpu_record(1000, 1e-6, bound=bound), "rate": run.to_dict()["rate"]}
     assert report.metric([r]) == ({"GB/s": "gbps", "GFLOP/s": "gflops"}[header], header)

@@ -12,15 +12,16 @@ def test_lltm_reports_forward_and_backward_against_two_baselines(kplay):
     r = json.loads(result.stdout)
     v = r["variants"][0]
     assert set(v["timings"]) == {"forward", "backward"} and list(r["baselines"]) == ["eager", "torch.compile"]
-    assert {b: set(s) for b, s in v["speedups"].items()} == {b: {"forward", "backward"} for b in r["baselines"]}
+    assert {b: set(s) for b, s in v["speedups"].items()} == {b: {"call", "forward", "backward"} for b in r["baselines"]}
     eager = r["baselines"]["eager"]["timings"]["forward"]["median_s"]
-    assert v["speedups"]["eager"]["forward"] == pytest.approx(eager / v["timings"]["forward"]["median_s"])
+    assert v["speedups"]["eager"]["forward"]["ratio"] == pytest.approx(eager / v["timings"]["forward"]["median_s"])
+    assert v["speedup"] == pytest.approx(r["baselines"]["eager"]["time"]["median_s"] / v["time"]["median_s"])
     assert v["time"]["median_s"] == pytest.approx(sum(t["median_s"] for t in v["timings"].values()))
     assert v["extra"] == {"gradcheck": "pass"}
 
 
-def test_no_compile_skips_that_baseline(kplay):
-    result = kplay("run", "lltm", "--device", "cpu", "--variant", "cpp", "--no-compile", "--json")
+def test_skip_baseline_skips_that_baseline(kplay):
+    result = kplay("run", "lltm", "--device", "cpu", "--variant", "cpp", "--skip-baseline", "torch.compile", "--json")
     assert result.exit_code == 0 and list(json.loads(result.stdout)["baselines"]) == ["eager"]
 
 

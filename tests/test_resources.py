@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from playground import registry, resources
+from playground.names import short_name
 from playground.report import kernel_lines
 from playground.resources import H200, occupancy
 
@@ -54,15 +55,15 @@ def test_ptxas_lines_give_each_kernel_per_arch_and_skip_device_functions():
 
 
 def test_names_lose_return_type_parameters_and_namespaces_and_long_template_arguments():
-    assert resources.short_name("void sum_tree_kernel<float>(float const*, long, float*)") == "sum_tree_kernel<float>"
-    assert resources.short_name("plain") == "plain" and resources.short_name("heavy(float*, int)") == "heavy"
-    assert resources.short_name("sum(torch::stable::Tensor) [clone .cold]") == "sum"
-    assert resources.short_name("std::ctype<char>::do_widen(char) const") == "do_widen"
-    assert resources.short_name("X::f() const volatile &&") == "f"
+    assert short_name("void sum_tree_kernel<float>(float const*, long, float*)") == "sum_tree_kernel<float>"
+    assert short_name("plain") == "plain" and short_name("heavy(float*, int)") == "heavy"
+    assert short_name("sum(torch::stable::Tensor) [clone .cold]") == "sum"
+    assert short_name("std::ctype<char>::do_widen(char) const") == "do_widen"
+    assert short_name("X::f() const volatile &&") == "f"
     torch_sum = next(e["name"] for e in profiled()["torch.sum"] if e["cat"] == "kernel")
-    assert resources.short_name(torch_sum) == "reduce_kernel<512, 1, ReduceOp<...>>"
+    assert short_name(torch_sum) == "reduce_kernel<512, 1, ReduceOp<...>>"
     gemm = "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel"
-    assert resources.short_name(f"void {gemm}<true>(Params)") == gemm[:37] + "..."
+    assert short_name(f"void {gemm}<true>(Params)") == gemm[:37] + "..."
     assert resources.key("void k<float>(float const*, long)") == resources.key("void k<float>(float const *, long)")
 
 
@@ -173,25 +174,25 @@ ptxas info    : Used 12 registers, used 1 barriers, 1024 bytes smem
 
 
 def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_shows_them(monkeypatch):
-    """The GPU path of runner._profile with the H200's records in place of the profiler, up to the report."""
+    """The GPU path of runner.launches with the H200's records in place of the profiler, up to the report."""
     from rich.console import Console
 
     from playground import runner
-    from playground.build import BuildInfo
+    from playground.build import COMPILER_LOG, BuildInfo, folder
     from playground.check import Check
     from playground.report import run_report
-    from playground.toolchain import cache_dir
+    from playground.results import BaselineResult, RunResult, VariantResult
 
-    where = cache_dir() / "kplay_sum_tree_fake"
+    where = folder("kplay_sum_tree_fake")
     where.mkdir(parents=True, exist_ok=True)
-    resources.save(where, TREE_PTXAS)
+    (where / COMPILER_LOG).write_text(TREE_PTXAS)
     monkeypatch.setattr(resources.Device, "current", classmethod(lambda cls: H200))
     monkeypatch.setattr(resources, "trace_each", lambda calls: [profiled()[call()[0]] for call in calls])
     check = Check(True, 0.0, 1.0, "tree bound", [], ["n=100000000"])
-    tree = runner.VariantResult(variant="tree", note="", build=BuildInfo("kplay_sum_tree_fake", 0.0, True), check=check)
-    result = runner.RunResult("sum", "cuda", "float32", 0, {"n": 10**8}, {"threads": 256}, "2.11",
-                              baselines={"torch.sum": runner.BaselineResult(name="torch.sum")}, variants=[tree])
-    runner._profile(result, {("variant", "tree"): {"sum": lambda: "tree"}, ("baseline", "torch.sum"): {"sum": lambda: "torch.sum"}})
+    tree = VariantResult(variant="tree", note="", build=BuildInfo("kplay_sum_tree_fake", 0.0, True), check=check)
+    result = RunResult("sum", "cuda", "float32", 0, {"n": 10**8}, {"threads": 256}, "2.11",
+                       baselines={"torch.sum": BaselineResult(name="torch.sum")}, variants=[tree])
+    runner.launches(result, {("variant", "tree"): {"sum": lambda: "tree"}, ("baseline", "torch.sum"): {"sum": lambda: "torch.sum"}})
     assert not result.warnings
     (k,) = tree.kernels
     assert (k["name"], k["registers"], k["launch"]["count"], k["occupancy"]["limit"]) == ("sum_tree_kernel<float>", 12, 4, "warps")
@@ -205,15 +206,16 @@ def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_sho
 
 def test_a_profiler_that_fails_is_a_warning_not_a_failed_run(monkeypatch):
     from playground import runner
+    from playground.results import BaselineResult, RunResult
 
     def broken(calls):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore")
 
     monkeypatch.setattr(resources.Device, "current", classmethod(lambda cls: H200))
     monkeypatch.setattr(resources, "trace_each", broken)
-    result = runner.RunResult("sum", "cuda", "float32", 0, {"n": 1}, {}, "2.11",
-                              baselines={"torch.sum": runner.BaselineResult(name="torch.sum")})
-    runner._profile(result, {("baseline", "torch.sum"): {"sum": lambda: None}})
+    result = RunResult("sum", "cuda", "float32", 0, {"n": 1}, {}, "2.11",
+                       baselines={"torch.sum": BaselineResult(name="torch.sum")})
+    runner.launches(result, {("baseline", "torch.sum"): {"sum": lambda: None}})
     assert result.warnings == ["kernel launches not profiled: CUPTI_ERROR_NOT_INITIALIZED"] and result.ok
 
 

@@ -4,11 +4,12 @@ import json
 import re
 import statistics
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from playground import runner
+from playground import trust
 from playground.timing import Stats, bench, same
 
 
@@ -70,21 +71,21 @@ def test_a_timed_call_that_returns_another_inputs_answer_fails():
         answer, last["x"] = last.get("x", x).sum(), x
         return answer
 
-    deviations = {("variant", "v", "call"): []}
-    bench({("variant", "v", "call"): [(lambda x=x: (x,), stale) for x in pool]}, "cpu", budget_s=0.0,
-          observe=lambda key, k, out: deviations[key].append((k, runner._deviation(out, expected[k][0]))))
-    found = runner._timed_outputs(deviations, ("variant", "v"), expected, {"call": None})
-    assert found and "timed input" in found[0] and found[0].startswith("timing:")
-    honest = {("variant", "v", "call"): [(k, runner._deviation(x.sum(), expected[k][0])) for k, x in enumerate(pool)]}
-    assert runner._timed_outputs(honest, ("variant", "v"), expected, {"call": None}) == []
+    spec = SimpleNamespace(outputs=(), reference=lambda x: x.double().sum(), tolerance=lambda x, dtype: (1e-3, ""))
+    for fn, fails in ((stale, True), (lambda x: x.sum(), False)):
+        outputs = trust.TimedOutputs(spec, [(x,) for x in pool], torch.float32)
+        bench({("variant", "v", "call"): [(lambda x=x: (x,), fn) for x in pool]}, "cpu", budget_s=0.0,
+              observe=outputs.observe)
+        found = outputs.findings("v", {"call": None})
+        assert bool(found) == fails and all("timed input" in f and f.startswith("timing:") for f in found)
 
 
 def test_a_long_wait_after_the_end_event_means_unseen_work():
     honest = {"call": stats(100e-6, 0.01, tail_s=14e-6, tail_floor_s=12e-6)}
     fooled = {"call": stats(5e-6, 0.01, tail_s=95e-6, tail_floor_s=12e-6)}
-    assert runner._unseen_work(honest) == []
-    assert "another stream" in runner._unseen_work(fooled)[0]
-    assert runner._unseen_work({"call": stats(5e-6, 0.01)}) == []  # CPU: no events, nothing to compare
+    assert trust.unseen_work(honest) == []
+    assert "another stream" in trust.unseen_work(fooled)[0]
+    assert trust.unseen_work({"call": stats(5e-6, 0.01)}) == []  # CPU: no events, nothing to compare
 
 
 def test_a_run_times_several_seeded_inputs_and_says_so(kplay):
@@ -110,7 +111,7 @@ def test_work_left_on_a_side_stream_is_seen_by_the_device_wide_sync():
         return x[0, 0]
 
     timed = bench({"f": sneaky, "honest": lambda: x @ x}, "cuda", budget_s=0.2)
-    assert runner._unseen_work({"call": timed["f"]}) and not runner._unseen_work({"call": timed["honest"]})
+    assert trust.unseen_work({"call": timed["f"]}) and not trust.unseen_work({"call": timed["honest"]})
 
 
 @pytest.mark.cuda
@@ -155,35 +156,27 @@ def test_the_kernels_line_leaves_no_profiler_overhead_behind():
     assert after < 1.2 * before + 0.5e-6, (before, after)
 
 
-def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure(monkeypatch):
+def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure():
     """The guard against an H200's figures: 4,814 GB/s; 66,908 GFLOP/s float32 on the CUDA cores, 8x that on
     the tensor cores (TF32). An honest rate passes; one above either ceiling fails and says which."""
-    from types import SimpleNamespace
-
     from playground import device
 
     h200 = device.Peaks("NVIDIA H200", 4814.0, {"float32": 66908.0})
-    monkeypatch.setattr(device, "peaks", lambda d="cuda": h200 if d == "cuda" else None)
-    monkeypatch.setattr(runner, "_major", lambda d: 9 if d == "cuda" else None)  # Hopper
     rate = lambda gbps, gflops: SimpleNamespace(gbps=gbps, gflops=gflops)
-    assert runner._impossible(rate(4500.0, 400_000.0), "cuda", "float32") == []  # a TF32 matmul may do this
-    assert runner._impossible(rate(9000.0, None), "cpu", "float32") == []  # a CPU's cache can beat its memory
-    (memory,) = runner._impossible(rate(11_000.0, None), "cuda", "float32")
+    assert trust.impossible(rate(4500.0, 400_000.0), h200, 9, "float32") == []  # Hopper: a TF32 matmul may do this
+    assert trust.impossible(rate(9000.0, None), None, None, "float32") == []  # a CPU's cache can beat its memory
+    (memory,) = trust.impossible(rate(11_000.0, None), h200, 9, "float32")
     assert memory.startswith("timing: 11,000 GB/s is above this GPU's peak of 4,814 GB/s")
-    (compute,) = runner._impossible(rate(None, 600_000.0), "cuda", "float32")
+    (compute,) = trust.impossible(rate(None, 600_000.0), h200, 9, "float32")
     assert "600,000 GFLOP/s is above this GPU's float32 ceiling of 535,264 GFLOP/s" in compute
-    monkeypatch.setattr(runner, "_major", lambda d: 10)  # Blackwell: its tensor cores' ratio is not known here
-    assert runner._impossible(rate(None, 600_000.0), "cuda", "float32") == []
+    # Blackwell: its tensor cores' ratio is not known here
+    assert trust.impossible(rate(None, 600_000.0), h200, 10, "float32") == []
 
 
-def test_on_volta_and_turing_a_float32_rate_above_the_cuda_cores_fails(monkeypatch):
+def test_on_volta_and_turing_a_float32_rate_above_the_cuda_cores_fails():
     """Their tensor cores take half types only: a float32 rate above the CUDA cores' peak is no kernel's."""
-    from types import SimpleNamespace
-
     from playground import device
 
     v100 = device.Peaks("Tesla V100", 900.0, {"float32": 15_700.0})
-    monkeypatch.setattr(device, "peaks", lambda d="cuda": v100 if d == "cuda" else None)
-    monkeypatch.setattr(runner, "_major", lambda d: 7)
-    (compute,) = runner._impossible(SimpleNamespace(gbps=None, gflops=20_000.0), "cuda", "float32")
+    (compute,) = trust.impossible(SimpleNamespace(gbps=None, gflops=20_000.0), v100, 7, "float32")
     assert "ceiling of 15,700 GFLOP/s" in compute
