@@ -12,7 +12,6 @@ Everything comes from the build's own folder, so it is what runs and a cached bu
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
