@@ -39,10 +39,11 @@ class Stats:
         """A record as --json wrote it (a field it does not know is left out)."""
         return cls(**{"samples": 0, "method": "", **{k: v for k, v in d.items() if k in cls.__dataclass_fields__}})
 
-
-def _stats(samples: list[float], method: str, **extra) -> Stats:
-    q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else samples * 3
-    return Stats(median_s=med, q1_s=q1, q3_s=q3, samples=len(samples), method=method, noise=_noise(samples), **extra)
+    @classmethod
+    def of(cls, samples: list[float], method: str, **extra) -> Stats:
+        """The median, quartiles and noise of these samples (seconds)."""
+        q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else samples * 3
+        return cls(median_s=med, q1_s=q1, q3_s=q3, samples=len(samples), method=method, noise=_noise(samples), **extra)
 
 
 def _noise(samples: list[float]) -> float:
@@ -72,8 +73,6 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False,
     output, untimed. warm (host-bound ops): each sample follows an untimed call of its own, from an idle
     GPU, no L2 flush. Sampling stops when every noise is below noise_target, or the budget is spent.
     """
-    import torch
-
     fns = {k: [as_pair(p) for p in f] if isinstance(f, list) else [as_pair(f)] for k, f in fns.items()}
     cuda = device == "cuda"
     events = cuda and not wall
@@ -175,9 +174,9 @@ def _summary(samples: list, method: str, clock) -> Stats:
         full = max(seen)  # locked below 75% of the boost clock (nvidia-smi -lgc): that is the clock to hold
     kept = [s for s in samples if s[2] is None or s[2] >= MIN_CLOCK * full]
     mhz = sorted(s[2] for s in kept if s[2] is not None)
-    return _stats([s[0] for s in kept], method, dropped=len(samples) - len(kept),
-                  tail_s=statistics.median(s[1] for s in kept) if kept[0][1] is not None else None,
-                  clock_mhz=(mhz[0], mhz[len(mhz) // 2], mhz[-1]) if mhz else None)
+    return Stats.of([s[0] for s in kept], method, dropped=len(samples) - len(kept),
+                    tail_s=statistics.median(s[1] for s in kept) if kept[0][1] is not None else None,
+                    clock_mhz=(mhz[0], mhz[len(mhz) // 2], mhz[-1]) if mhz else None)
 
 
 def _one(fn, args, cuda: bool, events: bool, flush) -> tuple[float, float | None, object]:

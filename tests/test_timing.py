@@ -18,12 +18,10 @@ def stats(median, noise, **kw):
 
 
 def test_noise_is_the_relative_standard_deviation():
-    from playground.timing import _stats
-
     samples = [1.0, 1.1, 0.9, 1.0, 1.2, 0.8]
-    assert _stats(samples, "x").noise == pytest.approx(statistics.stdev(samples) / statistics.fmean(samples))
+    assert Stats.of(samples, "x").noise == pytest.approx(statistics.stdev(samples) / statistics.fmean(samples))
     interrupted = samples * 10 + [30.0, 50.0]  # two samples the OS stole: far outliers, not spread
-    assert _stats(interrupted, "x").noise == pytest.approx(_stats(samples * 10, "x").noise)
+    assert Stats.of(interrupted, "x").noise == pytest.approx(Stats.of(samples * 10, "x").noise)
 
 
 def test_two_medians_within_the_larger_noise_are_the_same():
