@@ -7,7 +7,7 @@ import os
 import sys
 from contextlib import contextmanager
 from enum import Enum
-from functools import wraps
+from functools import cache, wraps
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Optional
@@ -70,7 +70,6 @@ Seed = Annotated[int, typer.Option(help="Seed for the inputs.")]
 Timeout = Annotated[float, typer.Option(help="Seconds the kernel may run (builds excluded).")]
 Baselines = Annotated[Optional[list[str]], typer.Option("--baseline", help="Time against this baseline only (repeatable).")]
 Skip = Annotated[Optional[list[str]], typer.Option("--skip-baseline", help="Do not time this baseline (repeatable).")]
-NoCompile = Annotated[bool, typer.Option("--no-compile", help="Same as --skip-baseline torch.compile (lltm).")]
 Sanitize = Annotated[Optional[str], typer.Option(metavar="TOOL", show_default=False,
                                                  help="Check only, under compute-sanitizer: memcheck, racecheck, synccheck or initcheck.")]
 Help = Annotated[bool, typer.Option("--help", "-h", help="Show this message; with NAME, the kernel's sizes and parameters too.")]
@@ -119,19 +118,25 @@ def main(_: Annotated[bool, typer.Option("--version", callback=version, is_eager
 @friendly
 def list_(json_: Json = False, path: Path_ = None):
     """List the kernel families: summary, variants, devices."""
-    found = registry.families(path).values()
+    found, refused = registry.scan(path)
     rows = [{"name": f.name, "summary": f.summary, "variants": list(f.variants), "devices": f.devices, "path": str(f.path)}
-            for f in found]
+            for f in found.values()]
     if json_:
         print(json.dumps(rows, indent=2))
-        return
-    from playground.report import family_table
+    else:
+        from playground.report import family_table
 
-    out.print(family_table(rows))
-    for f in found:
-        if registry.shadowing(f):
-            err.print(f"[yellow]warning:[/] {escape(f.name)} from {escape(str(f.path))} hides the built-in "
-                      f"{escape(f.name)}: kplay run {escape(f.name)} runs it", highlight=False, soft_wrap=True)
+        out.print(family_table(rows))
+    for warning in [*(f"{r} (not listed)" for r in refused), *_list_warnings(found.values())]:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def _list_warnings(found) -> list[str]:
+    """A family kplay run refuses (a size named like an option), and one from --path that hides a built-in."""
+    clashes = [registry.clash(f, family_options()) for f in found]
+    hidden = [f"{f.name} from {f.path} hides the built-in {f.name}: kplay run {f.name} runs it"
+              for f in found if registry.shadowing(f)]
+    return [*filter(None, clashes), *hidden]
 
 
 Kernel = Annotated[Optional[str], typer.Option("--kernel", help="Only the function(s) whose name contains this.")]
@@ -246,8 +251,7 @@ def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | 
 def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev = Device.auto, variant: Variant = None,
         dtype: Dtype = None, seed: Seed = 0, param: Params = None, timeout: Timeout = 120.0,
         no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing: the fastest edit loop.")] = False,
-        baseline: Baselines = None, skip_baseline: Skip = None, no_compile: NoCompile = False, json_: Json = False,
-        sanitize: Sanitize = None,
+        baseline: Baselines = None, skip_baseline: Skip = None, json_: Json = False, sanitize: Sanitize = None,
         verbose: Annotated[bool, typer.Option("--verbose", help="With --sanitize: the tool's whole output.")] = False,
         path: Path_ = None, help_: Help = False,
         against: Annotated[Optional[Path], typer.Option(help="A --json record of an earlier run: faster, slower or same, per variant.")] = None,
@@ -266,10 +270,10 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     if sanitize:
         device = _sanitized_device(sanitize, device)
     req = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed,
-                       sizes=_sizes(name, path, ctx.args, size), params=param or [], paths=path,
+                       sizes=_sizes(ctx.args, size), params=param or [], paths=path,
                        bench=not no_bench and not sanitize, baselines=baseline or (),
-                       skip_baselines=[*(skip_baseline or []), *(["torch.compile"] * no_compile)], timeout=timeout,
-                       lineinfo=bool(sanitize))
+                       skip_baselines=skip_baseline or (), timeout=timeout, lineinfo=bool(sanitize),
+                       options=family_options())
     before = compare.load(against) if against else None
     with _progress() as on_event:
         result = _sanitized(req, sanitize, on_event) if sanitize else isolate.run(req, on_event)
@@ -279,21 +283,26 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
 
 @app.command(context_settings=FAMILY_OPTIONS)
 @friendly
-def watch(ctx: typer.Context, folder: Annotated[str, typer.Argument(help="A kernel folder (kplay eject writes one).")],
+def watch(ctx: typer.Context,
+          folder: Annotated[Optional[str], typer.Argument(help="A kernel folder (kplay eject writes one).", show_default=False)] = None,
           size: Sizes = None, device: Dev = Device.auto, variant: Variant = None, dtype: Dtype = None,
           param: Params = None, timeout: Timeout = 120.0,
-          no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing.")] = False):
+          no_bench: Annotated[bool, typer.Option("--no-bench", help="Check only, no timing.")] = False, help_: Help = False):
     """Rerun the kernel in FOLDER on every save: the verdict, and once it passes, its time against the last
     passing version (faster, slower or the same within the noise). Ctrl-C ends it.
     """
     from playground import isolate, request, watch as watcher
 
+    if help_:
+        return _family_help(ctx, None, None, help_)
+    if folder is None:
+        raise UsageError("kplay watch: missing the kernel's FOLDER (kplay eject NAME DIR writes one)")
     root = watcher.folder(folder)
-    sizes = _sizes(str(root), None, ctx.args, size)
+    sizes = _sizes(ctx.args, size)
 
     def make():  # a fresh request for every run: the save may have changed task.toml
         return request.make(str(root), device=device.value, variant=variant, dtype=dtype, sizes=sizes,
-                            params=param or [], bench=not no_bench, timeout=timeout)
+                            params=param or [], bench=not no_bench, timeout=timeout, options=family_options())
 
     def attempt() -> dict:
         req = make()
@@ -365,8 +374,9 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
     if help_ or name is None:
         return _family_help(ctx, name, path, help_)
     profiler.check_device(device.value)
-    req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(name, path, ctx.args, size),
-                       params=param or [], paths=path, timeout=timeout, mode="profile")
+    req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(ctx.args, size),
+                       params=param or [], paths=path, timeout=timeout, one_baseline=True, mode="profile",
+                       options=family_options())
     with _progress() as on_event:
         result = profiler.run(req, on_event, ncu=not no_ncu)
     if json_:
@@ -389,32 +399,31 @@ def _family_help(ctx: typer.Context, name: str | None, path, help_: bool) -> Non
     out.print(sizes_table(fam))
 
 
-def _sizes(name: str, path, args: list[str], pairs: list[str] | None) -> dict:
-    """`--n 1e7`, `--rows=1e5` (the options kplay did not declare itself) and `--size n=1e7`, as {name: text}."""
+def _sizes(args: list[str], pairs: list[str] | None) -> dict:
+    """`--n 1e7`, `--rows=1e5` (the options kplay did not declare itself) and `--size n=1e7`, as {name: text}
+    (None: a name without its value). Only split here: request checks the names and the values."""
     sizes, rest = {}, list(args)
     while rest:
         arg = rest.pop(0)
         if not arg.startswith("--") or len(arg) < 3:
             raise UsageError(f"unexpected argument '{arg}' (sizes are given as --NAME VALUE)")
         key, eq, value = arg[2:].partition("=")
-        if not eq:
-            if not rest or rest[0].startswith("--"):
-                from playground.request import unknown_size
-
-                fam = registry.find(name, path)
-                known = key in fam.sizes or key == "values" and fam.values
-                raise UsageError(f"{arg} needs a value, e.g. {arg} 1000" if known else unknown_size(fam, key))
-            value = rest.pop(0)
-        sizes[key] = value
-    fam = registry.find(name, path) if pairs else None
+        sizes[key] = value if eq else rest.pop(0) if rest and not rest[0].startswith("--") else None
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
-        if not sep or key not in [*fam.sizes, *(["values"] if fam.values else [])]:
-            from playground.request import unknown_size
-
-            raise UsageError(f"--size {pair}: " + (unknown_size(fam, key) if sep else "expected NAME=VALUE"))
+        if not sep:
+            raise UsageError(f"--size {pair}: expected NAME=VALUE")
         sizes[key] = value
     return sizes
+
+
+@cache
+def family_options() -> frozenset[str]:
+    """The long options of the commands that take a family's sizes as options of their own (run, watch,
+    profile, bench), asked of Click: a size may take none of these names, since the command's own would win."""
+    group = typer.main.get_command(app)
+    return frozenset(opt[2:] for command in group.commands.values() if command.context_settings.get("ignore_unknown_options")
+                     for param in command.params for opt in [*param.opts, *param.secondary_opts] if opt.startswith("--"))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -439,10 +448,11 @@ def bench(
     from playground import request, sweep
 
     _writable(csv, plot, roofline)
-    fixed = _sizes(name, path, ctx.args, size)
+    fixed = _sizes(ctx.args, size)
     swept = sweep.settings(registry.find(name, path), over, None if tie is None else [t for t in tie.split(",") if t], sizes)
     base = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed, sizes=fixed,
-                        params=param or [], paths=path, baselines=baseline or (), one_baseline=True, timeout=timeout)
+                        params=param or [], paths=path, baselines=baseline or (), one_baseline=True, timeout=timeout,
+                        options=family_options())
     points = sweep.requests(base, swept, fixed)  # every point validated before torch is imported
     with _sweep_progress(len(points), swept.key) as (on_point, on_event):
         records, error = sweep.run(points, on_point, on_event)
@@ -682,11 +692,12 @@ def board(results: Results = None,
     Collect each student's [b]kplay check DIR --json --name NAME > NAME.json[/b], then [b]kplay board *.json[/b].
     """
     from playground import board as b
+    from playground.board_page import page
 
     groups = b.rank(b.load([str(p) for p in results or []]))
     b.targets(out_dir)  # a file kplay did not write is refused before the table
     out.print(b.table(groups))
-    for written in b.write(groups, out_dir):
+    for written in b.write(groups, out_dir, page(groups)):
         out.print(f"wrote {written}", highlight=False, soft_wrap=True)
 
 

@@ -82,7 +82,7 @@ def starter_files(files: dict[str, str], folder: Path) -> tuple[dict[str, str], 
 
 def is_exercise(fam: registry.Family) -> bool:
     """A built-in family marked `exercise = true`: show and eject give the starter."""
-    return fam.extra.get("exercise") is True
+    return fam.exercise is True
 
 
 def starter_sources(fam: registry.Family, variant: registry.Variant, params: dict) -> dict[str, str]:
@@ -141,7 +141,7 @@ def _compiles(starter: registry.Family, variant: registry.Variant, params: dict,
 def table(folder: Path) -> dict:
     """The exercise table of a started folder's task.toml."""
     fam = registry.load_family(folder)
-    found = fam.extra.get("exercise")
+    found = fam.exercise
     if not isinstance(found, dict):
         raise UsageError(f"{folder} is not an exercise folder (kplay start NAME/VARIANT DIR writes one)")
     return found

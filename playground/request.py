@@ -14,21 +14,17 @@ import struct
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Collection
 
 from . import registry
 from .errors import UsageError
 
 MAX_SIZE = 1 << 40
-DTYPES = ("int32", "int64", "float16", "bfloat16", "float32", "float64")
+DTYPES = registry.DTYPES
 INT_RANGE = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}
 FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
              "float64": 1.7976931348623157e308}
 DEVICES = ("auto", *registry.DEVICES)
-# `kplay run`'s own options: a family's size may not take one of these names.
-OPTIONS = ("device", "variant", "dtype", "seed", "param", "timeout", "no-bench", "json", "path", "size", "baseline",
-           "skip-baseline", "no-compile", "sanitize", "verbose", "no-ncu", "explain")  # for a did-you-mean: `--timout 3` is a typo, not a size
-RESERVED = {"device", "variant", "dtype", "seed", "param", "timeout", "bench", "json", "path", "size", "baseline",
-            "skip", "help", "no", "sanitize", "verbose", "explain"}
 
 
 @dataclass(frozen=True)
@@ -72,13 +68,19 @@ class Request:
 def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: str | None = None, seed: int = 0,
          sizes: dict | None = None, params: dict | list | None = None, paths: list[str] | None = None,
          bench: bool = True, baselines=(), skip_baselines=(), one_baseline: bool = False, timeout: float = 120.0,
-         budget_s: float = 0.3, lineinfo: bool = False, mode: str = "run") -> Request:
-    """Check a request against the family's task.toml; every mistake is a UsageError naming what was typed."""
+         budget_s: float = 0.3, lineinfo: bool = False, mode: str = "run", options: Collection[str] = ()) -> Request:
+    """Check a request against the family's task.toml; every mistake is a UsageError naming what was typed.
+
+    options: the CLI's own long options, from Click (a size may not take one's name; a typo of one gets a
+    did-you-mean); the CLI passes them, so this module never imports it.
+    """
     fam = registry.find(name, paths)
+    if registry.clash(fam, options):
+        raise UsageError(registry.clash(fam, options))
     if device not in DEVICES:
         raise UsageError(f"--device {device}: valid: {', '.join(DEVICES)}")
     dtype = _dtype(fam, dtype)
-    full, warnings = _sizes(fam, dict(sizes or {}), dtype)
+    full, warnings = _sizes(fam, dict(sizes or {}), dtype, options)
     shadowing = "" if registry.is_path(name) else registry.shadowing(fam)  # a folder named outright shadows nothing
     warnings = [w for w in [shadowing] if w] + warnings
     pairs = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else list(params or [])
@@ -86,9 +88,20 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
         fam.pick_variants(device, variant)
     if not timeout > 0 or math.isinf(timeout):
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
+    _baselines(fam, baselines, skip_baselines)
     return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, fam.parse_params(pairs), bench,
                    tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings),
                    tuple(p.partition("=")[0] for p in pairs), lineinfo, mode)
+
+
+def _baselines(fam: registry.Family, chosen, skipped) -> None:
+    """--baseline and --skip-baseline name baselines task.toml declares (spec.py, which imports torch, binds them)."""
+    for option, name in [*(("--baseline", b) for b in chosen), *(("--skip-baseline", b) for b in skipped)]:
+        if name not in fam.baselines:
+            close = difflib.get_close_matches(name, fam.baselines, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise UsageError(f"{option} {name}: {fam.name} has no such baseline; {hint}"
+                             f"it has {', '.join(fam.baselines) or 'none'}")
 
 
 def _dtype(fam: registry.Family, dtype: str | None) -> str:
@@ -99,13 +112,14 @@ def _dtype(fam: registry.Family, dtype: str | None) -> str:
     return dtype
 
 
-def _sizes(fam: registry.Family, given: dict, dtype: str) -> tuple[dict, list[str]]:
-    """Every size of the family, parsed, the given ones in place of the defaults; then the values."""
-    for key in fam.sizes.keys() & RESERVED:
-        raise UsageError(f"{fam.path / 'task.toml'}: a size may not be called '{key}' (kplay run has a --{key} option)")
-    for key in given:
+def _sizes(fam: registry.Family, given: dict, dtype: str, options: Collection[str] = ()) -> tuple[dict, list[str]]:
+    """Every size of the family, parsed, the given ones ({name: text}; None: no value) in place of the defaults;
+    then the values."""
+    for key, text in given.items():
         if key not in fam.sizes and not (key == "values" and fam.values):
-            raise UsageError(unknown_size(fam, key))
+            raise UsageError(unknown_size(fam, key, options))
+        if text is None:
+            raise UsageError(f"--{key} needs a value, e.g. --{key} {'4,3,2,1' if key == 'values' else 1000}")
     full = {k: parse_size(k, given.get(k, v)) for k, v in fam.sizes.items()}
     warnings = []
     if "values" in given:
@@ -118,12 +132,12 @@ def _sizes(fam: registry.Family, given: dict, dtype: str) -> tuple[dict, list[st
     return full, warnings
 
 
-def unknown_size(fam: registry.Family, key: str) -> str:
+def unknown_size(fam: registry.Family, key: str, options: Collection[str] = ()) -> str:
     """'--rows does not apply to sum; it takes --n' (with a did-you-mean when one is close)."""
-    if key in OPTIONS:  # an option of another command (`kplay bench --no-compile`): no size can be meant
+    if key in options:  # an option of another command (`kplay bench --explain`): Click took this command's own
         return f"--{key} is not an option of this command (its --help lists them)"
     names = [*fam.sizes, *(["values"] if fam.values else [])]
-    close = difflib.get_close_matches(key, [*names, *OPTIONS], n=1)
+    close = difflib.get_close_matches(key, [*names, *options], n=1)  # `--timout 3` is a typo, not a size
     hint = f"; did you mean --{close[0]}?" if close else ""
     takes = ", ".join(f"--{k}" for k in names) or "no size"
     return f"--{key} does not apply to {fam.name}{hint} ({fam.name} takes {takes})"

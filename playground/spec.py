@@ -6,6 +6,7 @@ The engine reads a family only through the `Spec` made here; no other module pro
 from __future__ import annotations
 
 import importlib.util
+import json
 import inspect
 import traceback
 from dataclasses import dataclass
@@ -90,12 +91,12 @@ def load(fam: Family) -> Spec:
     """The family's checked Spec."""
     mod = module(fam)
     if id(mod) not in _specs:
-        _specs[id(mod)] = from_module(fam.name, mod)
+        _specs[id(mod)] = from_module(fam.name, mod, fam.baselines)
     return _specs[id(mod)]
 
 
-def from_module(family: str, module) -> Spec:
-    """Check the hooks a module defines and derive the rest."""
+def from_module(family: str, module, declared: tuple[str, ...] = ()) -> Spec:
+    """Check the hooks a module defines and derive the rest; declared: the baselines task.toml names."""
     hooks = {name: getattr(module, name) for name in HOOKS if callable(getattr(module, name, None))}
     _near_misses(family, module, hooks)
     for name, (required, args, what) in HOOKS.items():
@@ -108,7 +109,7 @@ def from_module(family: str, module) -> Spec:
         family=family, make_inputs=hooks["make_inputs"], reference=hooks["reference"],
         tolerance=hooks["tolerance"], call=call,
         function=hooks.get("function", lambda ops, variant: lambda *inputs: call(ops, variant, *inputs)),
-        timings=hooks.get("timings", one_step), baselines=_baselines(family, module, hooks),
+        timings=hooks.get("timings", one_step), baselines=_baselines(family, module, hooks, declared),
         traffic=hooks.get("traffic"), flops=hooks.get("flops"), output_like=hooks.get("output_like"),
         from_stdout=hooks.get("from_stdout"), extra=hooks.get("extra", lambda ops, variant, inputs: {}),
         probe=hooks.get("probe"),
@@ -116,14 +117,20 @@ def from_module(family: str, module) -> Spec:
     )
 
 
-def _baselines(family: str, module, hooks: dict) -> dict:
-    """BASELINES = {name: fn}, or baseline() named BASELINE (default "PyTorch"), or none."""
+def _baselines(family: str, module, hooks: dict, declared: tuple[str, ...]) -> dict:
+    """BASELINES = {name: fn}, or baseline() named BASELINE (default "PyTorch"), or none: the names task.toml
+    declares (the CLI checks --baseline against those before torch loads), in its order."""
     table = getattr(module, "BASELINES", None)
     if table is not None:
         if "baseline" in hooks or not isinstance(table, dict) or not all(map(callable, table.values())):
             raise UsageError(f"{family}: spec.py's BASELINES must be {{name: function}}, and then no baseline()")
-        return dict(table)
-    return {getattr(module, "BASELINE", "PyTorch"): hooks["baseline"]} if "baseline" in hooks else {}
+    elif "baseline" in hooks:
+        table = {getattr(module, "BASELINE", "PyTorch"): hooks["baseline"]}
+    bound = list(table or {})
+    if sorted(bound) != sorted(declared):
+        raise UsageError(f"{family}: task.toml declares baselines = {json.dumps(list(declared))} but spec.py binds "
+                         f"{json.dumps(bound)}: name the same baselines in both")
+    return {name: table[name] for name in declared}
 
 
 def _check_signature(family: str, name: str, fn, args: tuple) -> None:

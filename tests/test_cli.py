@@ -137,7 +137,7 @@ def test_typer_usage_errors_are_one_line_exit_2(kplay):
                        (["run", "sum", "--timeoutt", "3"], "--timeoutt does not apply to sum; did you mean --timeout?"),
                        (["list", "--nope"], "No such option: --nope"),
                        (["run"], "kplay run: missing the kernel's NAME"), (["profile"], "kplay profile: missing"),
-                       (["bench", "lltm", "--no-compile"], "--no-compile is not an option of this command")):
+                       (["bench", "lltm", "--no-bench"], "--no-bench is not an option of this command")):
         result = kplay(*args)
         assert result.exit_code == 2, (args, result.output)
         assert text in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -172,7 +172,7 @@ def test_a_param_no_variant_uses_is_a_warning_and_reports_show_only_params_in_pl
     result = kplay("run", "sum", "--device", "cpu", "--n", "100", "--param", "threads=512", "--no-bench", "--json")
     r = json.loads(result.stdout)
     assert result.exit_code == 0 and r["params"] == {} and r["warnings"] == ["--param threads: no chosen variant uses it"]
-    lltm = json.loads(kplay("run", "lltm", "--device", "cpu", "--no-bench", "--no-compile", "--json").stdout)
+    lltm = json.loads(kplay("run", "lltm", "--device", "cpu", "--no-bench", "--json").stdout)
     assert lltm["params"] == {}  # fwd_split, bwd_split, streams and threads are cuda-fast's and cuda's
 
 

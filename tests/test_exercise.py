@@ -9,7 +9,7 @@ from conftest import ROOT
 from playground import exercise, registry
 from playground.errors import UsageError
 
-TAIL = "  for (; i < end; ++i) total += x[i];  // the tail: the seed's kernel never summed it\n"
+TAIL = "  for (; i < end; ++i) total += x[i];  // the tail: the blog post's kernel never summed it\n"
 MARKED_TAIL = ("  // kplay:todo Add the tail: the elements after the last whole row of lanes, one by one.\n"
                "  // kplay:why n is rarely a multiple of kLanes: without the tail, n = 1, 31 or 1025 sum wrong.\n"
                + TAIL + "  // kplay:end\n")

@@ -61,7 +61,11 @@ def test_sizes_get_a_did_you_mean(kplay):
     result = kplay("run", "lltm", "--stat", "5", "--device", "cpu")
     assert result.exit_code == 2 and "--stat does not apply to lltm; did you mean --state?" in result.stderr
     typed = kplay("run", "sum", "--size", "m=3")
-    assert typed.exit_code == 2 and "--size m=3: --m does not apply to sum" in typed.stderr
+    assert typed.exit_code == 2 and "--m does not apply to sum" in typed.stderr
+    bare = kplay("run", "sum", "--n")
+    assert bare.exit_code == 2 and bare.stderr.strip() == "error: --n needs a value, e.g. --n 1000"
+    other = kplay("bench", "sum", "--explain")  # a run option, not bench's
+    assert other.exit_code == 2 and "--explain is not an option of this command" in other.stderr
 
 
 @pytest.mark.parametrize("timeout", ["0", "-1"])
@@ -73,7 +77,7 @@ def test_a_timeout_must_be_positive(kplay, timeout):
 def rows_family(folder: Path, spec_text: str | None = None) -> Path:
     """A user family whose only size is called `rows`: nothing in the engine knows that name."""
     folder.mkdir()
-    (folder / "task.toml").write_text('summary = "row sums"\n[sizes]\nrows = { default = 100, help = "rows of x" }\n'
+    (folder / "task.toml").write_text('summary = "row sums"\nbaselines = ["x.sum(1)"]\n[sizes]\nrows = { default = 100, help = "rows of x" }\n'
                                       '[[test_sizes]]\nrows = 1\n[variants.python]\ndevice = "any"\n')
     (folder / "spec.py").write_text(spec_text or (
         "import torch\n\n"
@@ -92,7 +96,7 @@ def test_a_family_with_a_size_named_rows_runs_with_no_engine_change(kplay, tmp_p
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
     assert r["sizes"] == {"rows": 100_000} and r["variants"][0]["check"]["cases"] == ["rows=1", "rows=100000", "rows=100000 reused"]
-    assert list(r["baselines"]) == ["x.sum(1)"] and r["variants"][0]["speedups"]["x.sum(1)"]["call"] > 0
+    assert list(r["baselines"]) == ["x.sum(1)"] and r["variants"][0]["speedups"]["x.sum(1)"]["call"]["ratio"] > 0
     assert kplay("run", folder, "--rows=10", "--device", "cpu", "--no-bench").exit_code == 0
 
 
@@ -144,9 +148,17 @@ def test_a_hook_with_the_wrong_signature_is_named():
         spec.from_module("fam", module)
 
 
-def test_baseline_names_come_from_the_spec(kplay):
-    result = kplay("run", "sum", "--n", "1000", "--device", "cpu", "--baseline", "torch.summ")
-    assert result.exit_code == 2 and "did you mean 'torch.sum'?" in result.stderr
+def test_baseline_names_come_from_task_toml_and_are_checked_before_torch():
+    """spec.py imports torch: the names it binds are declared in task.toml, so a typo is refused at once."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from cli import app\ntry: app(['run', 'sum', '--baseline', 'torch.summ'])\n"
+            "finally: assert 'torch' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == ("error: --baseline torch.summ: sum has no such baseline; did you mean 'torch.sum'? "
+                                   "it has torch.sum")
 
 
 def test_no_engine_function_over_40_lines_and_no_command_over_25():
@@ -172,11 +184,15 @@ def test_half_precision_limits_without_torch():
     assert request.parse_values("257", "bfloat16") == ([256.0], ["--values 257: bfloat16 holds it as 256"])
 
 
-def test_a_size_may_not_take_the_name_of_a_run_option(tmp_path):
+@pytest.mark.parametrize("name", ["seed", "against", "csv"])  # options of run, and of bench
+def test_a_size_may_not_take_the_name_of_an_option(kplay, tmp_path, name):
     folder = rows_family(tmp_path / "clash")
-    (folder / "task.toml").write_text((folder / "task.toml").read_text().replace("rows", "seed"))
-    with pytest.raises(UsageError, match="a size may not be called 'seed'"):
-        request.make(str(folder))
+    (folder / "task.toml").write_text((folder / "task.toml").read_text().replace("rows", name))
+    result = kplay("run", folder, "--device", "cpu", "--no-bench")
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        f"error: {folder / 'task.toml'}: the size '{name}' has the name of one of kplay's own options (--{name}); "
+        "rename it in [sizes]"]
+    assert request.make(str(folder)).sizes == {name: 100}  # the engine alone has no options to clash with
 
 
 def test_auto_picks_the_cpu_for_a_run_with_nothing_for_the_gpu(monkeypatch):
@@ -239,12 +255,12 @@ def test_an_output_that_changes_after_its_stream_finished_is_named():
     work on another stream (sum/fast_event_too_early) changes it in between, and the case says so."""
     import torch
 
-    from playground import runner
+    from playground import check
 
     done = torch.tensor([1.0, float("nan")])
-    assert not runner._moved(done.clone(), done) and not runner._moved((done.clone(),), (done, 3))
-    assert runner._moved(torch.tensor([0.0, float("nan")]), done)  # read before the side stream's kernel wrote it
-    assert runner._moved(torch.zeros(3), torch.zeros(2)) and "another stream" in runner.LATE
+    assert not check.moved(done.clone(), done) and not check.moved((done.clone(),), (done, 3))
+    assert check.moved(torch.tensor([0.0, float("nan")]), done)  # read before the side stream's kernel wrote it
+    assert check.moved(torch.zeros(3), torch.zeros(2)) and "another stream" in check.LATE
 
 
 def test_a_size_above_the_familys_cap_is_refused_and_eject_keeps_the_cap(kplay, tmp_path):

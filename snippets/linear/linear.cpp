@@ -1,6 +1,7 @@
 // Custom linear layer on the CPU: y = x W^T + b, with W shaped (out_features, in_features) as in
-// torch.nn.Linear. Seed 002's layer with its bugs fixed: the backward returns all three gradients,
-// grad_weight is shaped like W, and nothing here needs CUDA.
+// torch.nn.Linear. The layer of the post "Writing high-performance custom PyTorch layers with
+// torch.utils.cpp_extension", with its bugs fixed: the backward returns all three gradients, grad_weight
+// is shaped like W, and nothing here needs CUDA.
 // Only the ATen headers used are included, not torch/extension.h: the build takes seconds, not half a
 // minute.
 #include <ATen/core/Tensor.h>
@@ -32,7 +33,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(const at::Tensor&
   at::Tensor grad_input = at::mm(grad_out, weight);    // (batch, out) x (out, in)
   at::Tensor grad_weight = at::mm(grad_out.t(), x);    // (out, batch) x (batch, in): shaped like weight
   at::Tensor grad_bias = grad_out.sum(0);              // the bias was added to every row
-  // Seed 002 wrote `return grad_input, grad_weight, grad_bias;`: the comma operator keeps only grad_bias.
+  // The post wrote `return grad_input, grad_weight, grad_bias;`: the comma operator keeps only grad_bias.
   return {grad_input, grad_weight, grad_bias};
 }
 

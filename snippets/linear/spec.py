@@ -56,7 +56,7 @@ def checked_gradients(grads, x, weight):
     """linear_backward's result as the three gradients autograd takes, or an error in the kernel's terms.
 
     Autograd would reject a wrong count or shape too, but in its own terms ("returned an incorrect
-    number of gradients"); the seed's `return a, b, c;` is a one-tensor return, and this says so.
+    number of gradients"); the post's `return a, b, c;` is a one-tensor return, and this says so.
     """
     grads = (grads,) if isinstance(grads, torch.Tensor) else tuple(grads)
     needs = {"grad_input": ("x", x.shape), "grad_weight": ("weight", weight.shape),

@@ -1,4 +1,4 @@
-"""lltm: the seed tutorial's cell; a check covers new_h, new_cell and all five gradients."""
+"""lltm: the cell of PyTorch's C++/CUDA extension tutorial; a check covers new_h, new_cell and all five gradients."""
 
 import functools
 import math
@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 
 def lltm_reference(input, weights, bias, old_h, old_cell):
-    """The Python LLTM of seed 000: no forget gate, an ELU candidate cell; autograd does the backward."""
+    """The tutorial's Python LLTM: no forget gate, an ELU candidate cell; autograd does the backward."""
     X = torch.cat([old_h, input], dim=1)
     gate_weights = F.linear(X, weights, bias)
     gates = gate_weights.chunk(3, dim=1)
@@ -26,8 +26,6 @@ def lltm_function(ops, variant):
     cuda-fast's op `lltm` has its autograd in C++; cpp and cuda have lltm_forward and lltm_backward, and
     their autograd is the tutorial's LLTMFunction, in Python (python_autograd).
     """
-    if variant == "python":
-        return lltm_reference
     register_fakes(ops)
     if variant == "cuda-fast":
         return ops.lltm.default  # the one overload: no overload resolution per call

@@ -1,6 +1,7 @@
-// Print every element of a tensor from C++: the tutorial's first extension, with its bugs fixed.
+// Print every element of a tensor from C++: the first example (easyJIT) of the blog post on PyTorch C++/CUDA
+// extensions this family comes from, with its bugs fixed.
 //
-// The seed's version printed "%d\\n" (a literal backslash-n, from escaping inside a Python string),
+// The post's version printed "%d\\n" (a literal backslash-n, from escaping inside a Python string),
 // read every tensor as int*, whatever its dtype, and would have read a CUDA tensor from the host.
 #include <kplay/stable.h>  // TORCH_TARGET_VERSION: only what torch 2.10 offers
 #include <torch/csrc/stable/library.h>

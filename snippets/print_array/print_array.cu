@@ -1,5 +1,5 @@
 // print_array on the GPU: device printf, one thread, so the lines come out in index order.
-// Unlike the seed: the format matches the dtype ("\n" is a real newline here: this is a C++ file, not a
+// Unlike the blog post's version: the format matches the dtype ("\n" is a real newline here: this is a C++ file, not a
 // Python string), and the data is read on the device that holds it.
 // Device printf writes into a FIFO (1 MB by default) that the host prints only at a synchronization
 // point; lines that do not fit are dropped. So the launcher prints in chunks and synchronizes after each.

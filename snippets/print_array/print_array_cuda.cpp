@@ -33,7 +33,7 @@ void print_array(Tensor x) {
   void* stream = nullptr;
   STD_TORCH_CHECK(aoti_torch_get_current_cuda_stream(x.get_device_index(), &stream) == AOTI_TORCH_SUCCESS,
                   "print_array (CUDA): could not get the current CUDA stream");
-  switch (dense.scalar_type()) {  // the seed read every dtype as int*: dispatch on the real one
+  switch (dense.scalar_type()) {  // the blog post read every dtype as int*: dispatch on the real one
     case ScalarType::Int: return launch<int32_t>(dense, stream);
     case ScalarType::Long: return launch<int64_t>(dense, stream);
     case ScalarType::Float: return launch<float>(dense, stream);

@@ -23,11 +23,11 @@ const char* launch_sum(const double* x, int64_t n, double* out, void* workspace,
 // Multi-pass (steps 1-3): each block sums `per_block` elements into one partial; the launcher repeats
 // on the partials until one block is left, and that block writes the result.
 
-// Blocks to cover n elements. The grid rounds up, so the tail is summed (the seed's n / threads dropped it).
+// Blocks to cover n elements. The grid rounds up, so the tail is summed (sumArray's n / threads dropped it).
 inline int64_t blocks_for(int64_t n, int64_t per_block) { return (n + per_block - 1) / per_block; }
 
 // Bytes of scratch: the partials of every pass but the last, which writes the result itself. Partials
-// go to this workspace, never over the input (the seed reduced in place and destroyed it).
+// go to this workspace, never over the input (sumArray reduced in place and destroyed it).
 inline int64_t multipass_workspace_bytes(int64_t n, int64_t per_block, int64_t element_size) {
   int64_t total = 0;
   for (int64_t b = blocks_for(n, per_block); b > 1; b = blocks_for(b, per_block)) total += b;

@@ -35,7 +35,7 @@ double sum_range(const T* x, int64_t begin, int64_t end) {
     for (int64_t l = 0; l < kLanes; ++l) lane[l] += x[i + l];
   double total = 0;
   for (int64_t l = 0; l < kLanes; ++l) total += lane[l];
-  for (; i < end; ++i) total += x[i];  // the tail: the seed's kernel never summed it
+  for (; i < end; ++i) total += x[i];  // the tail: the blog post's kernel never summed it
   for (int64_t l = 0; l < kLanes; ++l) total += acc[l];
   return total;
 }

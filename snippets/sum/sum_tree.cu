@@ -1,7 +1,7 @@
 // Step 1 of the ladder: the textbook shared-memory tree (sequential addressing).
 // Each block loads kThreads elements into shared memory, halves the active threads each step and writes
 // one partial sum; the launcher repeats on the partials until one value is left (multi-pass).
-// Unlike the seed: the grid rounds up (the tail is summed), indices are 64-bit (n may exceed 2^31), and
+// Unlike the blog post's sumArray: the grid rounds up (the tail is summed), indices are 64-bit (n may exceed 2^31), and
 // the partials go to a workspace (the input is never overwritten).
 #include "ladder.cuh"  // launch_sum, the multi-pass launcher (cuda_runtime.h only)
 
