@@ -50,7 +50,7 @@ def plain_load_inline(family, variant, params, tag: str) -> tuple[float, float]:
     """load_inline with the arguments kplay would pass, under a name of its own."""
     from torch.utils.cpp_extension import load_inline
 
-    _, args = kbuild._identity(family, variant, render.sources(family, variant, params))
+    _, args = kbuild.identity(family, variant, render.sources(family, variant, params))
     for key in ("extra_cflags", "extra_cuda_cflags"):  # a namespace of its own: kplay's build is loaded too
         if args[key]:
             args[key] = [f"-DKPLAY_NS={tag}" if f.startswith("-DKPLAY_NS=") else f for f in args[key]]

@@ -64,7 +64,7 @@ def _headers(family: Family, variant: Variant) -> tuple[list[str], dict[str, str
     return [str(ENGINE_INCLUDE), *([str(family.path)] if variant.includes else [])], texts
 
 
-def _identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[str, dict]:
+def identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[str, dict]:
     """The build's name (family, variant, content hash) and its load_inline arguments."""
     import torch
 
@@ -104,7 +104,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     srcs = render.sources(family, variant, params)
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
-    name, args = _identity(family, variant, srcs)
+    name, args = identity(family, variant, srcs)
     where = folder(name)
     so = where / f"{name}.so"
     marker = where / "kplay.json"

@@ -119,15 +119,16 @@ _zygote = None  # the warm worker, inside warm()
 @contextmanager
 def warm():
     """Inside this block each run forks from one warm worker (torch imported once: about 2 s saved per run),
-    where fork is safe (Linux; not under a tool). Elsewhere, or with KPLAY_ZYGOTE=0, fresh workers."""
+    where fork is safe (Linux; not under a tool). Elsewhere, or with KPLAY_ZYGOTE=0, fresh workers.
+    Yields the Zygote (an enclosing block's, if any), or None where runs start fresh workers."""
     global _zygote
     main = threading.current_thread() is threading.main_thread()  # the zygote dies with the thread that made it
     if _zygote or not main or not sys.platform.startswith("linux") or os.environ.get("KPLAY_ZYGOTE") == "0":
-        yield
+        yield _zygote if main else None  # a zygote serves only the thread that made it
         return
     _zygote = Zygote()
     try:
-        yield
+        yield _zygote
     finally:
         zygote, _zygote = _zygote, None
         zygote.close()

@@ -7,12 +7,13 @@ import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import ROOT
 from playground import magic
-from playground.errors import UsageError
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -129,29 +130,59 @@ def test_load_replaces_its_cell_quietly(executed):
     assert cell(executed, "%kplay load").outputs == []  # set_next_input: a payload for the front end, no output
 
 
-def test_a_loaded_cell_holds_the_variants_file_and_runs_it_as_it_was():
-    loaded = magic._load_cell(magic._split("sum --variant cpp --device cpu --n 1e6"))
-    first, body = loaded.split("\n", 1)
+@pytest.fixture
+def child(monkeypatch):
+    """The CLI child that magic.kplay starts, stood in for: `child.args` are its arguments (None until one
+    starts), and it answers `child.code`, `child.out` and `child.err`."""
+    seen = SimpleNamespace(args=None, code=0, out="", err="")
+
+    class Child:
+        def __init__(self, argv, **kwargs):
+            seen.args, self.returncode = argv[3:], seen.code  # argv: python -c CODE, then kplay's arguments
+
+        def communicate(self):
+            return seen.out, seen.err
+
+    monkeypatch.setattr(subprocess, "Popen", Child)
+    return seen
+
+
+def load(monkeypatch, line: str) -> str:
+    """What `%kplay load LINE` puts in place of its cell."""
+    cells = []
+    front_end = SimpleNamespace(set_next_input=lambda text, replace: cells.append(text))
+    monkeypatch.setattr("IPython.get_ipython", lambda: front_end)
+    magic.kplay("load " + line)
+    return cells[-1]
+
+
+def run_cell(child, first: str, body: str) -> tuple[list[str], Path]:
+    """A `%%kplay run ...` cell: the arguments its child got, and the folder the cell's source went to."""
+    magic.kplay(first.removeprefix("%%kplay "), body)
+    return child.args, Path(child.args[1])
+
+
+def test_a_loaded_cell_holds_the_variants_file_and_runs_it_as_it_was(monkeypatch, child):
+    first, body = load(monkeypatch, "sum --variant cpp --device cpu --n 1e6").split("\n", 1)
     assert first == "%%kplay run sum --variant cpp --device cpu --n 1e6" and body == SUM
-    args, folder = magic._cell_run(magic._split(first.removeprefix("%%kplay ")), body)
+    args, folder = run_cell(child, first, body)
     assert (folder / "sum.cpp").read_text() == "\n" + SUM and args[-4:] == ["--device", "cpu", "--n", "1e6"]
 
 
-def test_load_gives_an_exercises_starter_and_names_a_chosen_file():
-    starter = magic._load_cell(magic._split("sum --variant shuffle --starter -p threads=512"))
+def test_load_gives_an_exercises_starter_and_names_a_chosen_file(monkeypatch):
+    starter = load(monkeypatch, "sum --variant shuffle --starter -p threads=512")
     assert starter.startswith("%%kplay run sum --variant shuffle --param threads=512\n") and "// TODO 1:" in starter
-    header = magic._load_cell(magic._split("sum --variant shuffle --file ladder.cuh"))
+    header = load(monkeypatch, "sum --variant shuffle --file ladder.cuh")
     assert header.startswith("%%kplay run sum --variant shuffle --file ladder.cuh\n")
-    with pytest.raises(UsageError, match="a kernel name is missing"):
-        magic._load_cell([])
+    with pytest.raises(magic.CellError, match="a kernel name is missing"):
+        load(monkeypatch, "")
 
 
-def test_a_loaded_cell_finds_a_family_from_path_again(tmp_path):
+def test_a_loaded_cell_finds_a_family_from_path_again(tmp_path, monkeypatch, child):
     shutil.copytree(ROOT / "snippets" / "sum", tmp_path / "mine")
-    loaded = magic._load_cell(["mine", "--path", str(tmp_path), "--variant", "cpp", "--device", "cpu"])
-    first, body = loaded.split("\n", 1)
+    first, body = load(monkeypatch, f"mine --path {tmp_path} --variant cpp --device cpu").split("\n", 1)
     assert first == f"%%kplay run mine --path {tmp_path} --variant cpp --device cpu"
-    args, folder = magic._cell_run(magic._split(first.removeprefix("%%kplay ")), body)
+    args, folder = run_cell(child, first, body)
     assert (folder / "sum.cpp").read_text() == "\n" + body and "--path" not in args
 
 
@@ -163,23 +194,25 @@ def test_a_loaded_cell_finds_a_family_from_path_again(tmp_path):
     ("run nosuch", "unknown kernel 'nosuch'"),
     ("run sum --variant cpp --param threads=3", "--param threads=3: valid values are"),
 ])
-def test_bad_cell_options_are_one_line_before_any_child(line, message):
-    with pytest.raises(UsageError, match=re.escape(message)):
-        magic._cell_run(magic._split(line), "int x;")
+def test_bad_cell_options_are_one_line_before_any_child(line, message, child):
+    with pytest.raises(magic.CellError, match=re.escape(message)) as failed:
+        magic.kplay(line, "int x;")
+    assert len(failed.value.lines) == 1 and child.args is None
 
 
-def test_a_cuda_variants_cell_is_its_cu_file_and_the_rest_are_ejected():
-    args, folder = magic._cell_run(magic._split("run sum --variant shuffle -p threads=512 --n 1e6"), "// mine\n")
+def test_a_cuda_variants_cell_is_its_cu_file_and_the_rest_are_ejected(child):
+    args, folder = run_cell(child, "run sum --variant shuffle -p threads=512 --n 1e6", "// mine\n")
     assert args == ["run", str(folder), "--variant", "shuffle", "--n", "1e6"]
     assert (folder / "sum_shuffle.cu").read_text() == "\n// mine\n" and "TODO" not in (folder / "sum_cuda.cpp").read_text()
     assert (folder / "ladder.cuh").exists() and (folder / "task.toml").exists()
-    args, folder = magic._cell_run(magic._split("run sum --variant shuffle --file=ladder.cuh"), "// header\n")
+    args, folder = run_cell(child, "run sum --variant shuffle --file=ladder.cuh", "// header\n")
     assert (folder / "ladder.cuh").read_text() == "\n// header\n" and "kplay:todo" in (folder / "sum_shuffle.cu").read_text()
 
 
-def test_a_failed_check_shows_the_report_then_fails_the_cell(capsys):
+def test_a_failed_check_shows_the_report_then_fails_the_cell(capsys, child):
+    child.code, child.out = 1, "variant  check\ncpp      FAIL\n"
     with pytest.raises(magic.CellError) as failed:
-        magic._show(1, "variant  check\ncpp      FAIL\n", "", None)
+        magic.kplay("run sum --variant cpp")
     assert "cpp      FAIL" in capsys.readouterr().out
     assert failed.value._render_traceback_() == [magic.RED_ERROR + "the check failed"]
 
@@ -196,8 +229,8 @@ def test_the_stop_button_ends_the_child(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", popen)
     signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        with pytest.raises(UsageError, match="^interrupted$"):
-            magic._child(["run", "sum", "--device", "cpu", "--variant", "cpp", "--n", "1e8"])
+        with pytest.raises(magic.CellError, match="^error: interrupted$"):
+            magic.kplay("run sum --device cpu --variant cpp --n 1e8")
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, signal.SIG_DFL)

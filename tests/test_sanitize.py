@@ -124,7 +124,7 @@ def test_every_cuda_build_has_lineinfo(tmp_path):
 
     fam = registry.find("sum")
     v = fam.variants["fast"]
-    _, args = build._identity(fam, v, render.sources(fam, v, fam.parse_params([])))
+    _, args = build.identity(fam, v, render.sources(fam, v, fam.parse_params([])))
     assert "-lineinfo" in args["extra_cuda_cflags"]
 
 

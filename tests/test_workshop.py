@@ -319,13 +319,13 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
     fam = registry.find("sum")
     variant = fam.variants["cpp"]
     srcs = {"sum.cpp": (fam.path / "sum.cpp").read_text()}
-    name, args = build._identity(fam, variant, srcs)
+    name, args = build.identity(fam, variant, srcs)
     assert args["extra_include_paths"][0] == str(build.ENGINE_INCLUDE)
     copy = tmp_path / "include"
     shutil.copytree(build.ENGINE_INCLUDE, copy)
     (copy / "kplay" / "stable.h").write_text((copy / "kplay" / "stable.h").read_text() + "// edited\n")
     monkeypatch.setattr(build, "ENGINE_INCLUDE", copy)
-    assert build._identity(fam, variant, srcs)[0] != name
+    assert build.identity(fam, variant, srcs)[0] != name
 
 
 @pytest.mark.cuda

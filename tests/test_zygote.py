@@ -15,7 +15,8 @@ from playground import isolate, request
 from playground.errors import KernelCrash
 from test_workshop import _ours
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork from a zygote: Linux only")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork from a zygote: Linux only"),
+              pytest.mark.usefixtures("cold")]  # each test starts its own warm worker, or none
 
 
 def sum_run(target="sum", **kw):
@@ -34,20 +35,19 @@ def test_warm_runs_fork_from_one_process_and_give_the_same_record(monkeypatch):
 
 
 def test_a_crash_or_a_hang_costs_only_its_child(wrong_kernel):
-    with isolate.warm():
+    with isolate.warm() as zygote:
         with pytest.raises(KernelCrash, match="segmentation fault while checking cpp"):
             sum_run(wrong_kernel("sum", "sum_segfault.cpp"))
         with pytest.raises(KernelCrash, match="timed out after 2 s"):
             sum_run(wrong_kernel("sum", "sum_hang.cpp"), timeout=2)
-        zygote = isolate._zygote
         assert sum_run()["ok"] and zygote.proc.poll() is None  # the same zygote, still serving
     assert zygote.proc.poll() is not None  # and gone with the block
 
 
 def test_a_zygote_that_died_falls_back_to_a_fresh_worker():
-    with isolate.warm():
-        isolate._zygote.proc.kill()
-        isolate._zygote.proc.wait()
+    with isolate.warm() as zygote:
+        zygote.proc.kill()
+        zygote.proc.wait()
         assert sum_run()["ok"]
 
 
@@ -88,8 +88,8 @@ def test_a_reused_pid_does_not_inherit_an_earlier_childs_exit(wrong_kernel, tmp_
     folder, cache = wrong_kernel("sum", "sum_hang.cpp"), tmp_path / "cache"
     monkeypatch.setenv("KPLAY_CACHE", str(cache))
     pid_max = int(open("/proc/sys/kernel/pid_max").read())
-    with isolate.warm():
-        isolate._zygote.ended.update(dict.fromkeys(range(1, min(pid_max, 1 << 22) + 1), 0))  # every pid "ended"
+    with isolate.warm() as zygote:
+        zygote.ended.update(dict.fromkeys(range(1, min(pid_max, 1 << 22) + 1), 0))  # every pid "ended"
         with pytest.raises(KernelCrash, match="timed out after 2 s"):
             sum_run(folder, timeout=2)
         time.sleep(0.5)
