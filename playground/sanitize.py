@@ -38,6 +38,7 @@ class Finding:
     line: int | None
     count: int  # hazards (racecheck) or 1
     offset: str = ""  # "+0x390": tells places apart where there is no line
+    pytorchs: bool = False  # in one of PyTorch's own kernels (at::, c10::, torch::)
 
 
 def tool_name(tool: str) -> str:
@@ -96,8 +97,9 @@ def _finding(what: str, at: re.Match | None) -> Finding:
     if at is None:
         return Finding(what, "?", None, None, 1)
     offset = re.search(r"[+:]0x[0-9a-f]+$", at["where"])
+    name = at["where"].strip().removeprefix("void ")
     return Finding(what, short_kernel(at["where"]), at["file"], int(at["line"]) if at["line"] else None,
-                   int(at["hazards"]) if at["hazards"] else 1, offset[0] if offset else "")
+                   int(at["hazards"]) if at["hazards"] else 1, offset[0] if offset else "", name.startswith(TORCH))
 
 
 def summary(text: str) -> str:
@@ -114,7 +116,7 @@ def tool_errors(text: str) -> list[str]:
 
 def ours(findings: list[Finding]) -> list[Finding]:
     """The findings in the variant's kernels, not in PyTorch's (a fault there is a knock-on of ours)."""
-    return [f for f in findings if not f.kernel.startswith(TORCH)]
+    return [f for f in findings if not f.pytorchs]
 
 
 def grouped(findings: list[Finding]) -> list[tuple[Finding, int]]:
