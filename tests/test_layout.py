@@ -1,41 +1,88 @@
-"""Every report reads at 80 columns: no line longer than the terminal, nothing cut with '…'."""
+"""Every report reads at 80 columns; every --help exits 0; each usage error is one line and exit 2; the
+student-facing files under snippets/ speak to students."""
+
+import re
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from conftest import ROOT
+from playground.toolchain import cuda_home
 
+NVCC = 0 if cuda_home() else 2  # show --ptx: one line and exit 2 without nvcc
+# (args, the exit codes it may give): doctor's is its verdict, 0 or 1.
 COMMANDS = [
-    ["list"],
-    ["show", "sum"],
-    ["show", "lltm", "--device", "cpu"],
-    ["show", "sum", "--asm", "--kernel", "sum_all<float>"],
-    ["show", "sum", "--variant", "fast", "--ptx", "--kernel", "<float>"],  # exit 2, one line, without nvcc
-    ["run", "sum", "--n", "1e5", "--device", "cpu"],
-    ["run", "print_array", "--values", "4,3,2,1", "--device", "cpu"],
-    ["run", "linear", "--device", "cpu", "--batch", "64", "--in", "64", "--out", "64"],
-    ["run", "lltm", "--device", "cpu", "--skip-baseline", "torch.compile"],
-    ["run", "lltm", "--help"],
-    ["bench", "sum", "--device", "cpu", "--sizes", "1e3,1e4"],
-    ["doctor"],
-    ["run", "summ"],
-    ["run", "sum", "--devic", "cpu"],
-    ["profile", "sum", "--device", "cpu"],
-    ["run", "sum", "--sanitize", "memchek"],
-    ["board", *(f"tests/data/board/{name}.json" for name in ("ada", "bob", "cy", "dee", "eve", "fay")), "--out", "{tmp}"],
-    ["board", "tests/data/board/ada.json", "tests/data/board/nobody.json"],
+    (["list"], {0}),
+    (["show", "sum"], {0}),
+    (["show", "lltm", "--device", "cpu"], {0}),
+    (["show", "sum", "--asm", "--kernel", "sum_all<float>"], {0}),
+    (["show", "sum", "--variant", "fast", "--ptx", "--kernel", "<float>"], {NVCC}),
+    (["run", "sum", "--n", "1e5", "--device", "cpu"], {0}),
+    (["run", "print_array", "--values", "4,3,2,1", "--device", "cpu"], {0}),
+    (["run", "linear", "--device", "cpu", "--batch", "64", "--in", "64", "--out", "64"], {0}),
+    (["run", "lltm", "--device", "cpu", "--skip-baseline", "torch.compile"], {0}),
+    (["run", "lltm", "--help"], {0}),
+    (["bench", "sum", "--device", "cpu", "--sizes", "1e3,1e4"], {0}),
+    (["doctor"], {0, 1}),
+    (["run", "summ"], {2}),
+    (["run", "sum", "--devic", "cpu"], {2}),
+    (["profile", "sum", "--device", "cpu"], {2}),
+    (["run", "sum", "--sanitize", "memchek"], {2}),
+    (["board", *(f"tests/data/board/{name}.json" for name in ("ada", "bob", "cy", "dee", "eve", "fay")), "--out", "{tmp}"],
+     {0}),
+    (["board", "tests/data/board/ada.json", "tests/data/board/nobody.json"], {2}),
 ]
+ENV = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def commands() -> list[str]:
+    from cli import app
+
+    return sorted(typer.main.get_command(app).commands)
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+@pytest.mark.parametrize("command", commands())
+def test_every_command_help_exits_0_and_shows_its_usage(command, flag):
+    from cli import app
+
+    result = CliRunner().invoke(app, [command, flag], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert re.search(rf"Usage: .*\b{command}\b", result.stdout) and not result.stderr, result.output
+
+
+@pytest.mark.parametrize("args, says", [
+    (["run"], "kplay run: missing the kernel's NAME"),
+    (["profile"], "kplay profile: missing the kernel's NAME"),
+    (["watch"], "kplay watch: missing the kernel's FOLDER"),
+    (["show"], "Missing argument 'name'"),
+    (["list", "--nope"], "No such option: --nope"),
+    (["run", "sum", "--nope", "3"], "--nope does not apply to sum"),
+    (["run", "lltm", "--no-compile"], "--no-compile does not apply to lltm"),  # gone: --skip-baseline torch.compile
+    (["bench", "sum", "--explain"], "--explain is not an option of this command"),
+    (["run", "sum", "--baseline", "nope"], "--baseline nope: sum has no such baseline"),
+    (["watch", "snippets/sum", "--n"], "--n needs a value"),
+])
+def test_each_usage_error_is_one_line_and_exit_2(args, says, monkeypatch):
+    from cli import app
+
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(app, args, env=ENV)
+    assert result.exit_code == 2, result.output
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.output and "Usage:" not in result.output
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
-def test_every_report_fits_80_columns(args, tmp_path, monkeypatch):
+@pytest.mark.parametrize("args, codes", COMMANDS, ids=[" ".join(args) for args, _ in COMMANDS])
+def test_every_report_fits_80_columns(args, codes, tmp_path, monkeypatch):
     from cli import app
 
     monkeypatch.chdir(ROOT)  # the board's records are in tests/data; what it writes goes to tmp_path
     args = [str(tmp_path) if a == "{tmp}" else a for a in args]
-    result = CliRunner().invoke(app, args, env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
-    assert result.exit_code in (0, 2), result.output
+    result = CliRunner().invoke(app, args, env=ENV)
+    assert result.exit_code in codes, result.output
     written = str(tmp_path)  # "wrote PATH" stays one line however long the path, so it can be copied
     lines = [line for line in result.output.splitlines() if not line.startswith(f"wrote {written}")]
     assert lines and max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
@@ -57,3 +104,21 @@ def test_gpu_runs_with_their_kernel_lines_fit_80_columns(args):
     lines = result.output.splitlines()
     assert max(map(len, lines)) <= 80, [line for line in lines if len(line) > 80]
     assert "…" not in result.output and "occupancy" in result.output
+
+
+SNIPPETS = sorted(p for p in (ROOT / "snippets").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def test_snippets_name_the_tutorial_or_the_post_not_the_project_history():
+    """A student does not know kplay's issues or its seed posts: a file names the tutorial or the post instead."""
+    history = re.compile(r"\bissue|\bseed [0-9]|\bthe seed\b|\bseed 00", re.IGNORECASE)
+    found = [f"{p.relative_to(ROOT)}:{k}: {line.strip()}" for p in SNIPPETS
+             for k, line in enumerate(p.read_text().splitlines(), 1) if history.search(line)]
+    assert not found
+
+
+def test_snippet_lines_fit_120_columns():
+    """Sources, specs and task.toml (hints included) read in an editor without scrolling; Markdown tables cannot wrap."""
+    long = [f"{p.relative_to(ROOT)}:{k} ({len(line)})" for p in SNIPPETS if p.suffix != ".md"
+            for k, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 120]
+    assert not long

@@ -45,7 +45,8 @@ def product_tolerance(a, b, dtype, extra=None):
 
 def tolerance(x, weight, bias, grad_out, dtype):
     """One bound per output (OUTPUTS), each from the product that makes it."""
-    source = f"{LAMBDA}·sqrt(k+1)·eps·(largest row norms of the two factors), per product (probabilistic dot-product bound)"
+    source = (f"{LAMBDA}·sqrt(k+1)·eps·(largest row norms of the two factors), per product "
+              "(probabilistic dot-product bound)")
     return gradient_tolerances(x, weight, bias, grad_out, dtype), source
 
 

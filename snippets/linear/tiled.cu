@@ -93,8 +93,9 @@ matmul_nt_tiled(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
   for (int k0 = 0; k0 < K; k0 += BK) {
     // Copy: each step of a thread moves 4 consecutive k of one row; neighbouring threads take the
     // next 4 k, then the next row, so a warp reads whole 32-byte sectors of global memory.
-    // kplay:todo Copy the BM x BK slice of A into As[k][m] and the BN x BK slice of B into Bs[k][n], 4 k at a time with load4.
-    // kplay:why Every value in shared memory is then read by many threads: global memory is read once per tile, not once per multiply.
+    // kplay:todo Copy A's BM x BK slice into As[k][m] and B's BN x BK slice into Bs[k][n], 4 k at a time (load4).
+    // kplay:why Every value in shared memory is then read by many threads: global memory is read once per
+    // kplay:why tile, not once per multiply.
     for (int i = threadIdx.x; i < BM * BK / 4; i += THREADS) {
       const int r = i / (BK / 4), k = (i % (BK / 4)) * 4;
       T v[4];
@@ -110,7 +111,7 @@ matmul_nt_tiled(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
     // kplay:end
     __syncthreads();  // the tiles are complete
 
-    // kplay:todo For each k of the tile, copy your TM values of As[k] and TN values of Bs[k] to registers, then acc[i][j] += a[i] * b[j].
+    // kplay:todo For each k of the tile: your TM values of As[k], TN of Bs[k] to registers; acc[i][j] += a[i] * b[j].
     // kplay:why TM + TN reads from shared memory feed TM * TN multiply-adds: registers are the fastest memory there is.
 #pragma unroll
     for (int k = 0; k < BK; ++k) {

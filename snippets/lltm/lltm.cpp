@@ -25,22 +25,9 @@
 
 #include <tuple>
 
-using at::Tensor;
+#include "check_inputs.h"  // shapes, dtypes, devices: shared with the CUDA variants
 
-static void check_inputs(const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
-                         const Tensor& old_cell) {
-  TORCH_CHECK(input.dim() == 2 && old_h.dim() == 2 && old_cell.dim() == 2 && weights.dim() == 2 && bias.dim() == 1,
-              "lltm: input, old_h, old_cell and weights must be 2-D, bias 1-D");
-  const int64_t batch = old_h.size(0), state = old_h.size(1), features = input.size(1);
-  TORCH_CHECK(input.size(0) == batch && old_cell.size(0) == batch && old_cell.size(1) == state,
-              "lltm: input (batch, features), old_h and old_cell (batch, state) disagree");
-  TORCH_CHECK(weights.size(0) == 3 * state && weights.size(1) == state + features && bias.size(0) == 3 * state,
-              "lltm: weights must be (3*state, state+features) and bias (3*state)");
-  for (const Tensor* t : {&weights, &bias, &old_h, &old_cell}) {
-    TORCH_CHECK(t->scalar_type() == input.scalar_type() && t->device() == input.device(),
-                "lltm: all tensors must share input's dtype and device");
-  }
-}
+using at::Tensor;
 
 // gates = X @ weights^T + bias, in three column blocks (input gate, output gate, candidate cell), where
 // X = [old_h, input]. Returns new_h, new_cell, the activated gates and X: what the backward needs.
@@ -73,7 +60,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> lltm_backward(const Tensor& g
   auto d = d_gates.chunk(3, /*dim=*/1);
   at::sigmoid_backward_out(d[0], d_new_cell.mul(g[2]), g[0]);  // input gate
   at::sigmoid_backward_out(d[1], grad_h.mul(tanh_cell), g[1]);  // output gate
-  at::elu_backward_out(d[2], d_new_cell.mul(g[0]), /*alpha=*/1, /*scale=*/1, /*input_scale=*/1, /*is_result=*/true, g[2]);
+  at::elu_backward_out(d[2], d_new_cell.mul(g[0]), /*alpha=*/1, /*scale=*/1, /*input_scale=*/1,
+                       /*is_result=*/true, g[2]);
 
   Tensor d_weights = d_gates.t().mm(X);
   Tensor d_bias = d_gates.sum(/*dim=*/0);  // shaped like bias (the tutorial's keepdim=true adds a dimension)

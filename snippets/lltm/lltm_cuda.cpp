@@ -24,6 +24,8 @@
 
 #include <tuple>
 
+#include "check_inputs.h"  // shapes, dtypes, devices: shared with lltm.cpp and lltm_fast.cpp
+
 using at::Tensor;
 
 // Defined in lltm_cuda.cu, for float and double.
@@ -42,25 +44,10 @@ cudaError_t lltm_cuda_backward(scalar_t* d_old_cell, scalar_t* d_gates, const sc
     TORCH_CHECK(err == cudaSuccess, "lltm (CUDA): ", cudaGetErrorString(err));           \
   } while (0)
 
-static void check_inputs(const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
-                         const Tensor& old_cell) {
-  CHECK_CUDA(input);
-  TORCH_CHECK(input.dim() == 2 && old_h.dim() == 2 && old_cell.dim() == 2 && weights.dim() == 2 && bias.dim() == 1,
-              "lltm: input, old_h, old_cell and weights must be 2-D, bias 1-D");
-  const int64_t batch = old_h.size(0), state = old_h.size(1), features = input.size(1);
-  TORCH_CHECK(input.size(0) == batch && old_cell.size(0) == batch && old_cell.size(1) == state,
-              "lltm: input (batch, features), old_h and old_cell (batch, state) disagree");
-  TORCH_CHECK(weights.size(0) == 3 * state && weights.size(1) == state + features && bias.size(0) == 3 * state,
-              "lltm: weights must be (3*state, state+features) and bias (3*state)");
-  for (const Tensor* t : {&weights, &bias, &old_h, &old_cell}) {
-    TORCH_CHECK(t->scalar_type() == input.scalar_type() && t->device() == input.device(),
-                "lltm: all tensors must share input's dtype and device");
-  }
-}
-
 std::tuple<Tensor, Tensor, Tensor, Tensor> lltm_forward(const Tensor& input, const Tensor& weights,
                                                         const Tensor& bias, const Tensor& old_h,
                                                         const Tensor& old_cell) {
+  CHECK_CUDA(input);  // and so, by check_inputs, every tensor
   check_inputs(input, weights, bias, old_h, old_cell);
   const c10::cuda::CUDAGuard device(input.device());
   Tensor X = at::cat({old_h, input}, /*dim=*/1);

@@ -62,8 +62,11 @@ __global__ void lltm_cuda_forward_kernel(
   for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
     scalar_t* g = gates + n * 3 * state;
     const int64_t index = n * state + c;
-    // kplay:todo Activate the three gates of this row (sigmoid, sigmoid, elu of g[c], g[state + c], g[2 * state + c]), keep the activations in g, then new_cell = old_cell + candidate * input gate and new_h = tanh(new_cell) * output gate.
-    // kplay:why One thread does every pointwise step of its element, so each value is read from memory once and written once: the fusion the tutorial's CUDA version is for.
+    // kplay:todo Activate the three gates of this row, keep the activations in g, then write new_cell and new_h.
+    // kplay:why The gates are g[c], g[state + c] and g[2 * state + c]: sigmoid, sigmoid and elu. Then
+    // kplay:why new_cell = old_cell + candidate * input gate and new_h = tanh(new_cell) * output gate.
+    // kplay:why One thread does every pointwise step of its element, so each value is read from memory
+    // kplay:why once and written once: the fusion the tutorial's CUDA version is for.
     const scalar_t input_gate = sigmoid(g[c]);
     const scalar_t output_gate = sigmoid(g[state + c]);
     const scalar_t candidate_cell = elu(g[2 * state + c]);
@@ -93,8 +96,11 @@ __global__ void lltm_cuda_backward_kernel(
     const scalar_t* g = gates + n * 3 * state;
     scalar_t* d_g = d_gates + n * 3 * state;
     const int64_t index = n * state + c;
-    // kplay:todo Backpropagate through new_h = tanh(new_cell) * output gate and new_cell = old_cell + candidate * input gate: write d_old_cell, then each gate's gradient times its activation's derivative (d_sigmoid, d_sigmoid, d_elu) into d_g.
-    // kplay:why The derivatives take the activations the forward kept in gates (s (1 - s), 1 - t^2, e + 1): nothing is recomputed but tanh(new_cell).
+    // kplay:todo Backpropagate through new_h and new_cell: write d_old_cell, then each gate's gradient into d_g.
+    // kplay:why new_h = tanh(new_cell) * output gate and new_cell = old_cell + candidate * input gate; each
+    // kplay:why gate's gradient is times its activation's derivative (d_sigmoid, d_sigmoid, d_elu). These take
+    // kplay:why the activations the forward kept in gates (s (1 - s), 1 - t^2, e + 1): nothing is recomputed
+    // kplay:why but tanh(new_cell).
     const scalar_t input_gate = g[c], output_gate = g[state + c], candidate_cell = g[2 * state + c];
     const scalar_t tanh_new_cell = tanh(new_cell[index]);
 

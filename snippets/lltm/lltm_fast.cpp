@@ -23,6 +23,7 @@
 #include <string>
 #include <tuple>
 
+#include "check_inputs.h"  // shapes, dtypes, devices: shared with lltm.cpp and lltm_cuda.cpp
 #include "lltm_fast.h"
 #include "lt_matmul.h"
 
@@ -39,21 +40,6 @@ using Backward = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;  // d_input
 // The tutorial's AT_DISPATCH_FLOATING_TYPES around a launch: T is float or double; the launch's error is checked.
 #define LLTM_DISPATCH(dtype, name, call) \
   AT_DISPATCH_FLOATING_TYPES(dtype, name, [&] { using T = scalar_t; CHECK_LAUNCH(call); })
-
-static void check_inputs(const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
-                         const Tensor& old_cell) {
-  TORCH_CHECK(input.dim() == 2 && old_h.dim() == 2 && old_cell.dim() == 2 && weights.dim() == 2 && bias.dim() == 1,
-              "lltm: input, old_h, old_cell and weights must be 2-D, bias 1-D");
-  const int64_t batch = old_h.size(0), state = old_h.size(1), features = input.size(1);
-  TORCH_CHECK(input.size(0) == batch && old_cell.size(0) == batch && old_cell.size(1) == state,
-              "lltm: input (batch, features), old_h and old_cell (batch, state) disagree");
-  TORCH_CHECK(weights.size(0) == 3 * state && weights.size(1) == state + features && bias.size(0) == 3 * state,
-              "lltm: weights must be (3*state, state+features) and bias (3*state)");
-  for (const Tensor* t : {&weights, &bias, &old_h, &old_cell}) {
-    TORCH_CHECK(t->scalar_type() == input.scalar_type() && t->device() == input.device(),
-                "lltm: all tensors must share input's dtype and device");
-  }
-}
 
 // Parts of the forward's matmul and of the backward's d_X (params fwd_split and bwd_split; 1 = no split).
 constexpr int64_t kForwardParts = {{fwd_split}}, kBackwardParts = {{bwd_split}};
@@ -77,9 +63,10 @@ static Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, con
   Tensor new_cell = at::empty({batch, state}, X.options());
   const Tensor b = bias.contiguous();
   LLTM_DISPATCH(gates.scalar_type(), "lltm_forward",
-                lltm_forward_launch<T>(products.data_ptr<T>(), products.size(0), b.data_ptr<T>(), old_cell.data_ptr<T>(),
-                                       old_cell.stride(0), old_cell.stride(1), gates.data_ptr<T>(), new_h.data_ptr<T>(),
-                                       new_cell.data_ptr<T>(), batch, state, stream));
+                lltm_forward_launch<T>(products.data_ptr<T>(), products.size(0), b.data_ptr<T>(),
+                                       old_cell.data_ptr<T>(), old_cell.stride(0), old_cell.stride(1),
+                                       gates.data_ptr<T>(), new_h.data_ptr<T>(), new_cell.data_ptr<T>(), batch, state,
+                                       stream));
   return {new_h, new_cell, gates, X};
 }
 
@@ -110,9 +97,9 @@ static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
   LLTM_DISPATCH(gates.scalar_type(), "lltm_backward",
                 lltm_backward_launch<T>(d_gates.data_ptr<T>(), d_old_cell.data_ptr<T>(), d_bias.data_ptr<T>(),
-                                        grad_h.data_ptr<T>(), grad_h.stride(0), grad_h.stride(1), grad_cell.data_ptr<T>(),
-                                        grad_cell.stride(0), grad_cell.stride(1), new_cell.data_ptr<T>(),
-                                        gates.data_ptr<T>(), batch, state, stream));
+                                        grad_h.data_ptr<T>(), grad_h.stride(0), grad_h.stride(1),
+                                        grad_cell.data_ptr<T>(), grad_cell.stride(0), grad_cell.stride(1),
+                                        new_cell.data_ptr<T>(), gates.data_ptr<T>(), batch, state, stream));
   // The matmuls: d_weights = d_gates^T @ X and d_X = d_gates @ weights (in kBackwardParts parts, then summed).
   Tensor d_weights = at::empty({3 * state, X.size(1)}, weights.options());
   Tensor d_X = at::empty({batch, X.size(1)}, X.options());
@@ -153,8 +140,8 @@ static Forward lltm_forward(const Tensor& input, const Tensor& weights, const Te
   return op.call(input, weights, bias, old_h, old_cell);
 }
 
-static Backward lltm_backward(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell, const Tensor& gates,
-                              const Tensor& X, const Tensor& weights) {
+static Backward lltm_backward(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
+                              const Tensor& gates, const Tensor& X, const Tensor& weights) {
   static auto op = typed_op<decltype(lltm_backward_cuda)>("lltm_backward");
   return op.call(grad_h, grad_cell, new_cell, gates, X, weights);
 }

@@ -99,7 +99,8 @@ __global__ void lltm_backward_kernel(
   const int64_t c = blockIdx.x * int64_t(kColumns) + threadIdx.x;
   scalar_t sum[3] = {0, 0, 0};
   if (c < state) {
-    for (int64_t n = blockIdx.y * int64_t(kRowThreads) + threadIdx.y; n < batch; n += gridDim.y * int64_t(kRowThreads)) {
+    const int64_t rows = gridDim.y * int64_t(kRowThreads);  // the grid's threads down the batch
+    for (int64_t n = blockIdx.y * int64_t(kRowThreads) + threadIdx.y; n < batch; n += rows) {
       const scalar_t* g = gates + n * 3 * state;
       const scalar_t input_gate = g[c], output_gate = g[state + c], candidate_cell = g[2 * state + c];
       const scalar_t dh = grad_h[n * grad_h_s0 + c * grad_h_s1];
@@ -137,7 +138,8 @@ __global__ void lltm_cat_kernel(const scalar_t* __restrict__ old_h, int64_t old_
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;  // column of X
   if (c >= state + features) return;
   for (int64_t n = blockIdx.y; n < batch; n += gridDim.y) {
-    X[n * (state + features) + c] = c < state ? old_h[n * old_h_s0 + c * old_h_s1] : input[n * input_s0 + (c - state) * input_s1];
+    X[n * (state + features) + c] =
+        c < state ? old_h[n * old_h_s0 + c * old_h_s1] : input[n * input_s0 + (c - state) * input_s1];
   }
 }
 
@@ -146,7 +148,8 @@ static unsigned grid_rows(int64_t rows) { return unsigned(rows < 65535 ? rows : 
 
 template <typename T>
 cudaError_t lltm_cat_launch(const T* old_h, int64_t old_h_s0, int64_t old_h_s1, const T* input, int64_t input_s0,
-                            int64_t input_s1, T* X, int64_t batch, int64_t state, int64_t features, cudaStream_t stream) {
+                            int64_t input_s1, T* X, int64_t batch, int64_t state, int64_t features,
+                            cudaStream_t stream) {
   if (batch == 0 || state + features == 0) return cudaSuccess;
   // Blocks of 256 columns by up to 128 rows, each thread looping over the rows: a block per row would be
   // many tiny blocks, and the copy would take longer to schedule than to do.
@@ -166,14 +169,15 @@ cudaError_t lltm_forward_launch(const T* products, int64_t parts, const T* bias,
   constexpr int V = 16 / sizeof(T);  // values per 16 bytes
   // Vectors need every row to start on 16 bytes: state a multiple of V, and aligned buffers (lltm_fast.cpp
   // allocates all but bias, which may be a view).
-  if (state % V == 0 && aligned16(products) && aligned16(bias) && aligned16(gates) && aligned16(new_h) && aligned16(new_cell)) {
+  if (state % V == 0 && aligned16(products) && aligned16(bias) && aligned16(gates) && aligned16(new_h) &&
+      aligned16(new_cell)) {
     const dim3 blocks(unsigned(ceil_div(state / V, kThreads)), grid_rows(batch));
-    lltm_forward_kernel<T, V><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0, old_cell_s1,
-                                                               gates, new_h, new_cell, batch, state);
+    lltm_forward_kernel<T, V><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0,
+                                                               old_cell_s1, gates, new_h, new_cell, batch, state);
   } else {
     const dim3 blocks(unsigned(ceil_div(state, kThreads)), grid_rows(batch));
-    lltm_forward_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0, old_cell_s1,
-                                                               gates, new_h, new_cell, batch, state);
+    lltm_forward_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(products, parts, bias, old_cell, old_cell_s0,
+                                                               old_cell_s1, gates, new_h, new_cell, batch, state);
   }
   return cudaGetLastError();
 }

@@ -9,7 +9,8 @@
 // Each returns the launch's error.
 template <typename T>
 cudaError_t lltm_cat_launch(const T* old_h, int64_t old_h_s0, int64_t old_h_s1, const T* input, int64_t input_s0,
-                            int64_t input_s1, T* X, int64_t batch, int64_t state, int64_t features, cudaStream_t stream);
+                            int64_t input_s1, T* X, int64_t batch, int64_t state, int64_t features,
+                            cudaStream_t stream);
 template <typename T>
 cudaError_t lltm_forward_launch(const T* products, int64_t parts, const T* bias, const T* old_cell, int64_t old_cell_s0,
                                 int64_t old_cell_s1, T* gates, T* new_h, T* new_cell, int64_t batch, int64_t state,

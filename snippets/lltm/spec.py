@@ -176,7 +176,8 @@ def tolerance(input, weights, bias, old_h, old_cell, grad_h, grad_cell, dtype):
     e_bias = (gamma(batch) * d_gates.sum(0) + LAMBDA * rho * d_gates.pow(2).sum(0).sqrt()).max().item()
     e_old_cell = rho * d_cell.max().item()
     tols = (e_h, e_cell, e_x, e_weights, e_bias, e_x, e_old_cell)
-    return tuple(2 * t for t in tols), f"2·({LAMBDA}·sqrt(k)·eps·Σ|terms| per matmul + gate error through the slopes)"
+    return tuple(2 * t for t in tols), (f"2·({LAMBDA}·sqrt(k)·eps·Σ|terms| per matmul "
+                                         "+ gate error through the slopes)")
 
 
 def output_like(input, weights, bias, old_h, old_cell, grad_h, grad_cell):

@@ -32,8 +32,9 @@ static const char* launch(const T* x, int64_t n, cudaStream_t stream) {
   return nullptr;
 }
 
-// nullptr on success, else the CUDA error. `stream` is the caller's current cudaStream_t.
-const char* launch_print_array(const int32_t* x, int64_t n, void* s) { return launch(x, n, static_cast<cudaStream_t>(s)); }
-const char* launch_print_array(const int64_t* x, int64_t n, void* s) { return launch(x, n, static_cast<cudaStream_t>(s)); }
-const char* launch_print_array(const float* x, int64_t n, void* s) { return launch(x, n, static_cast<cudaStream_t>(s)); }
-const char* launch_print_array(const double* x, int64_t n, void* s) { return launch(x, n, static_cast<cudaStream_t>(s)); }
+// nullptr on success, else the CUDA error. `s` is the caller's current cudaStream_t.
+static cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+const char* launch_print_array(const int32_t* x, int64_t n, void* s) { return launch(x, n, as_stream(s)); }
+const char* launch_print_array(const int64_t* x, int64_t n, void* s) { return launch(x, n, as_stream(s)); }
+const char* launch_print_array(const float* x, int64_t n, void* s) { return launch(x, n, as_stream(s)); }
+const char* launch_print_array(const double* x, int64_t n, void* s) { return launch(x, n, as_stream(s)); }

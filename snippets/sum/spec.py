@@ -31,8 +31,12 @@ def probe(inputs, dtype, gen):
     (x,) = inputs
     n = x.numel()
     count = min(n, 10_000)
-    # 10,000 distinct places: a permutation up to 1e6; above, random draws (a permutation costs 0.5 s at 1e7, minutes at 1e9)
-    where = torch.randperm(n, generator=gen)[:count] if n <= 10**6 else torch.randint(n, (count,), generator=gen).unique()
+    # 10,000 distinct places: a permutation up to 1e6; above, random draws (a permutation costs 0.5 s at 1e7,
+    # minutes at 1e9)
+    if n <= 10**6:
+        where = torch.randperm(n, generator=gen)[:count]
+    else:
+        where = torch.randint(n, (count,), generator=gen).unique()
     where[0], where[-1] = 0, n - 1
     y = x.clone()
     y[where.to(x.device)] += 100 * tolerance(x, dtype)[0] / math.sqrt(count)

@@ -66,8 +66,8 @@ static Tensor empty_scalar_like(const Tensor& x) {
                       aoti_torch_get_device_index(x.get(), &device_index) == AOTI_TORCH_SUCCESS,
                   "sum (C++): cannot read x's dtype and device");
   AtenTensorHandle out = nullptr;
-  STD_TORCH_CHECK(aoti_torch_empty_strided(0, nullptr, nullptr, dtype, device_type, device_index, &out) == AOTI_TORCH_SUCCESS,
-                  "sum (C++): cannot allocate the result");
+  const AOTITorchError made = aoti_torch_empty_strided(0, nullptr, nullptr, dtype, device_type, device_index, &out);
+  STD_TORCH_CHECK(made == AOTI_TORCH_SUCCESS, "sum (C++): cannot allocate the result");
   return Tensor(out);
 }
 

@@ -56,7 +56,7 @@ sum_fast_kernel(const T* __restrict__ x,  // n elements, any alignment
 
   T acc = 0;
   int64_t i = first;
-  // kplay:todo Walk the 16-byte vectors grid-stride: i from first, step stride, acc += add_lanes(body[i]) (four loads per step is faster).
+  // kplay:todo Walk the 16-byte vectors grid-stride: i from first, step stride, acc += add_lanes(body[i]).
   // kplay:why One wave of blocks covers any n by striding, and wide loads in flight keep the memory busy.
   for (; i + 3 * stride < nvec; i += 4 * stride) {  // four independent loads before any add
     const V a = body[i], b = body[i + stride], c = body[i + 2 * stride], d = body[i + 3 * stride];
@@ -78,9 +78,11 @@ sum_fast_kernel(const T* __restrict__ x,  // n elements, any alignment
   __syncthreads();
   if (!last_block) return;
   T total = 0;
-  // kplay:todo The last block adds every block's partial (threads stride over them, read with __ldcg) and thread 0 writes *out.
+  // kplay:todo The last block adds every block's partial (threads stride over them, __ldcg) and thread 0 writes *out.
   // kplay:why The ticket says every partial is written; reading them from L2 (__ldcg) sees other SMs' writes.
-  for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads) total += __ldcg(&partials[b]);  // from L2: other SMs wrote them
+  for (unsigned b = threadIdx.x; b < gridDim.x; b += kThreads) {
+    total += __ldcg(&partials[b]);  // from L2: other SMs wrote them
+  }
   total = block_sum(total);
   if (threadIdx.x == 0) *out = total;
   // kplay:end

@@ -16,7 +16,8 @@ __global__ void sum_first_add_kernel(const T* __restrict__ in, int64_t n, T* __r
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kPerBlock + tid;
   T v = i < n ? in[i] : T(0);
   // kplay:todo Add the block's second element while loading: in[i + kThreads], if it is inside n.
-  // kplay:why A block now covers 2 * kThreads elements, so no thread sits idle in the tree's first step and half the blocks do.
+  // kplay:why A block now covers 2 * kThreads elements, so no thread sits idle in the tree's first step, and
+  // kplay:why half the blocks do the work.
   if (i + kThreads < n) v += in[i + kThreads];  // the first add, done in registers
   // kplay:end
   s[tid] = v;

@@ -25,8 +25,9 @@ __device__ T block_sum(T v) {
   __shared__ T warp_sums[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   v = warp_sum(v);
-  // kplay:todo Lane 0 of each warp stores its sum in warp_sums[warp]; after __syncthreads(), warp 0 adds those with warp_sum.
-  // kplay:why Warps cannot read each other's registers: shared memory carries one value per warp, and the barrier waits for all of them.
+  // kplay:todo Lane 0 of each warp stores its sum in warp_sums[warp]; after __syncthreads(), warp 0 adds those.
+  // kplay:why Warps cannot read each other's registers: shared memory carries one value per warp, and the
+  // kplay:why barrier waits for all of them. Warp 0 adds them with warp_sum.
   if (lane == 0) warp_sums[warp] = v;
   __syncthreads();
   if (warp == 0) v = warp_sum(lane < kWarps ? warp_sums[lane] : T(0));

@@ -19,8 +19,9 @@ __global__ void sum_tree_kernel(const T* __restrict__ in, int64_t n, T* __restri
   __syncthreads();
   // Sequential addressing: the active threads are the first `stride` ones (whole warps stay idle
   // instead of diverging) and they read consecutive words (no shared-memory bank conflicts).
-  // kplay:todo Halve the active threads each step: for stride = kThreads/2 down to 1, threads below stride add s[tid + stride].
-  // kplay:why Each step adds pairs in parallel, so kThreads values take log2(kThreads) steps; call __syncthreads() after each one.
+  // kplay:todo Halve the active threads each step: stride = kThreads/2 down to 1, threads below it add s[tid + stride].
+  // kplay:why Each step adds pairs in parallel, so kThreads values take log2(kThreads) steps; call
+  // kplay:why __syncthreads() after each one.
   for (unsigned stride = kThreads / 2; stride > 0; stride >>= 1) {
     if (tid < stride) s[tid] += s[tid + stride];
     __syncthreads();
