@@ -561,8 +561,11 @@ def clean():
     from playground.build import clear_cache
     from playground.toolchain import cache_dir
 
-    freed = clear_cache()
-    out.print(f"removed {freed / 1e6:.1f} MB from {cache_dir()}")
+    freed, kept = clear_cache(on_wait=lambda: err.print("waiting for the builds in flight to finish", highlight=False))
+    out.print(f"removed {freed / 1e6:.1f} MB from {cache_dir()}", soft_wrap=True)
+    for line in kept:
+        err.print(f"[yellow]could not remove[/] {escape(line)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1 if kept else 0)
 
 
 @app.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -17,7 +18,8 @@ from . import events, pch, render
 from .capture import stdout_fd
 from .errors import BuildError
 from .registry import Family, Variant
-from .toolchain import cache_dir, cache_lock, compiler, cpu_model, nvidia_library, remark_flags, setup_env
+from .toolchain import (CACHE_LOCK, cache_dir, cache_exclusive, cache_lock, cache_shared, compiler, cpu_model,
+                        nvidia_library, remark_flags, setup_env)
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
 CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
@@ -113,7 +115,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     if name in _loaded and _valid(marker, so):
         return getattr(torch.ops, name), BuildInfo(name, 0.0, True)
     start = time.perf_counter()
-    with cache_lock(name):
+    with cache_shared(), cache_lock(name):
         cached = _valid(marker, so)
         if not cached:
             on_event(events.BUILD_START, variant=variant.name)
@@ -211,11 +213,26 @@ def compile_error(output: str, family: Family, variant: Variant) -> BuildError:
 
 def cache_size() -> int:
     root = cache_dir()
-    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
+    total = 0
+    for f in root.rglob("*") if root.exists() else ():
+        with contextlib.suppress(OSError):  # removed meanwhile (a build of its own, kplay clean)
+            total += f.stat().st_size if f.is_file() else 0
+    return total
 
 
-def clear_cache() -> int:
-    """Remove every build (and the measured bandwidths); returns the bytes freed."""
-    size = cache_size()
-    shutil.rmtree(cache_dir(), ignore_errors=True)
-    return size
+def clear_cache(on_wait=None) -> tuple[int, list[str]]:
+    """Remove every build (and the measured bandwidths) once no build is in flight (on_wait() is called if
+    one is); returns the bytes freed and what could not be removed."""
+    root = cache_dir()
+    if not root.is_dir():
+        return 0, []
+    before, kept = cache_size(), []
+    with cache_exclusive(on_wait):
+        for entry in sorted(root.iterdir()):
+            if entry.name == CACHE_LOCK:
+                continue
+            try:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            except OSError as e:
+                kept.append(f"{entry}: {e.strerror or e}")
+    return before - cache_size(), kept

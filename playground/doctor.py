@@ -20,7 +20,8 @@ def _version(cmd: list[str]) -> str:
 def diagnose() -> list[tuple[str, bool, str]]:
     """(what, ok, detail or fix) for each part; a missing GPU or nvcc is fine (CPU variants only)."""
     from .build import cache_size
-    from .toolchain import cache_dir, compiler, cuda_home, venv_bin
+    from .errors import UsageError
+    from .toolchain import cache_dir, cache_shared, compiler, cuda_home, venv_bin
 
     rows = [("python", sys.version_info >= (3, 10), f"{platform.python_version()} at {sys.executable}")]
     try:
@@ -42,5 +43,9 @@ def diagnose() -> list[tuple[str, bool, str]]:
     version, flags = compiler()
     ok = "not found" not in version
     rows.append(("C++ compiler", ok, f"{version} {' '.join(flags)}" if ok else "not found: install g++ or clang (Xcode command line tools on macOS)"))
-    rows.append(("build cache", True, f"{cache_dir()} ({cache_size() / 1e6:.1f} MB; kplay clean empties it)"))
+    try:
+        with cache_shared():  # what every build takes first: it writes the cache's lock file
+            rows.append(("build cache", True, f"{cache_dir()} ({cache_size() / 1e6:.1f} MB; kplay clean empties it)"))
+    except UsageError as e:
+        rows.append(("build cache", False, str(e)))
     return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -274,8 +275,9 @@ def copy_bandwidth(device: str) -> float:
         dst = torch.empty_like(src)
         stats = bench({"copy": lambda: dst.copy_(src)}, device, budget_s=0.5)["copy"]
         known[key] = round(2 * nbytes / stats.median_s / 1e9, 1)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known, indent=1))
+        with contextlib.suppress(OSError):  # an unwritable cache: measured again next time
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(known, indent=1))
     return known[key]
 
 

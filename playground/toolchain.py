@@ -15,7 +15,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import BuildError
+from .errors import BuildError, UsageError
+
+CACHE_LOCK = ".kplay-cache.lock"  # the cache-wide lock: builds hold it shared, `kplay clean` exclusive; never removed
 
 
 def cache_dir() -> Path:
@@ -26,17 +28,41 @@ def cache_dir() -> Path:
 
 
 @contextmanager
-def cache_lock(name: str):
-    """An exclusive lock on one entry of the cache, which the OS drops when its holder dies: a killed build
-    never leaves a stale lock."""
-    path = cache_dir() / "locks" / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+def _flock(path: Path, mode: int, on_wait=None):
+    """A lock the OS drops when its holder dies (a killed build never leaves a stale one); on_wait() is called
+    once if it must wait. An unwritable cache is one UsageError naming the folder."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a")
+    except OSError as e:
+        raise UsageError(f"the build cache {cache_dir()} is not writable ({e.strerror or e}): "
+                         "set KPLAY_CACHE to a folder you can write") from None
+    with f:
+        try:
+            fcntl.flock(f, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait:
+                on_wait()
+            fcntl.flock(f, mode)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def cache_shared():
+    """Held by every build while it writes or loads an entry: `kplay clean` waits for it."""
+    return _flock(cache_dir() / CACHE_LOCK, fcntl.LOCK_SH)
+
+
+def cache_exclusive(on_wait=None):
+    """Held by `kplay clean`: no build is in flight while it removes entries."""
+    return _flock(cache_dir() / CACHE_LOCK, fcntl.LOCK_EX, on_wait)
+
+
+def cache_lock(name: str):
+    """An exclusive lock on one entry of the cache (taken inside cache_shared)."""
+    return _flock(cache_dir() / "locks" / f"{name}.lock", fcntl.LOCK_EX)
 
 
 def cuda_home() -> str | None:
