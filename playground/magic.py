@@ -99,7 +99,7 @@ def _pick(name: str, args: list[str]):
 def _load_cell(args: list[str]) -> str:
     """`%kplay load NAME [--starter] ...`: a %%kplay run cell holding the variant's file (an exercise's starter)."""
     from . import render
-    from .exercise import starter_files
+    from .markers import starter_files
 
     if not args or args[0].startswith("-"):
         raise UsageError("a kernel name is missing; usage: %kplay load NAME [--variant V] [--file FILE] [--starter]")

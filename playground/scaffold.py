@@ -10,6 +10,7 @@ from pathlib import Path
 from . import render
 from .build import CUDA_FLAGS, CXX_FLAGS, engine_headers
 from .errors import UsageError
+from .markers import starter_files
 from .registry import Family, Variant
 from .toolchain import nvidia_library
 
@@ -60,8 +61,6 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
     files = {name: text for v in variants for name, text in render.sources(fam, v, params).items()}
     files.update({name: render.header(fam, v, name) for v in variants for name in v.includes})  # builds on its own
     if starter:
-        from .exercise import starter_files
-
         files = starter_files(files, fam.path)[0]
     used = ", ".join(f"{k}={v}" for k, v in params.items())
     task = {

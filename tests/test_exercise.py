@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from playground import exercise, registry
+from playground import exercise, markers, registry
 from playground.errors import UsageError
 
 TAIL = "  for (; i < end; ++i) total += x[i];  // the tail: the blog post's kernel never summed it\n"
@@ -31,7 +31,7 @@ def test_strip_numbers_todos_keeps_stubs_and_reads_why():
     text = ("int f() {\n  // kplay:todo Return the answer.\n  // kplay:why It is 42.\n  return 42;\n"
             "  // kplay:stub\n  // return 0;\n  // kplay:end\n}\n"
             "// kplay:todo Second.\nint g = 1;\n// kplay:end\n")
-    starter, hints = exercise.strip(text, "x.cpp", first=3)
+    starter, hints = markers.strip(text, "x.cpp", first=3)
     assert starter == "int f() {\n  // TODO 3: Return the answer.\n  return 0;\n}\n// TODO 4: Second.\n"
     assert [(h.number, h.line, h.what, h.why) for h in hints] == [(3, 2, "Return the answer.", "It is 42."),
                                                                  (4, 9, "Second.", "")]
@@ -46,7 +46,7 @@ def test_strip_numbers_todos_keeps_stubs_and_reads_why():
 ])
 def test_a_broken_marking_names_file_and_line(text, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        exercise.strip(text, "x.cu")
+        markers.strip(text, "x.cu")
 
 
 def test_cli_refuses_a_region_without_its_end_in_one_line(kplay, tmp_path):
@@ -148,7 +148,7 @@ def test_every_built_in_exercise_has_hints_that_say_what_and_why(name):
     assert exercise.is_exercise(fam)
     v = fam.variant(variant)
     files = {n: (fam.path / n).read_text() for n in v.sources}
-    hints = exercise.starter_files(files, fam.path)[1]
+    hints = markers.starter_files(files, fam.path)[1]
     assert hints and all(h.what and h.why for h in hints), hints
 
 

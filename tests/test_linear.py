@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import playground
-from playground import registry, runner, spec as specs
+from playground import registry, spec as specs
 
 from playground.check import compare
 
