@@ -17,6 +17,11 @@ from .errors import KernelCrash, UsageError
 MAX_MISMATCHES = 5
 
 
+class WrongOutput(Exception):
+    """A spec hook's word that the kernel's output is malformed (a wrong count or shape of gradients, say):
+    a failed check, named in the family's terms, not a crash."""
+
+
 @dataclass(frozen=True)
 class Check:
     ok: bool
@@ -140,6 +145,8 @@ def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool) -> Check | N
     case = label + " reused"
     try:
         spec.call(ops, variant, *inputs)  # what a cache would keep
+    except WrongOutput as e:
+        return failed(first_line(e), "", case)
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
     for x in floats:  # in place: the same pointer, the same first and last elements
@@ -204,6 +211,8 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, str]
             out = _read_in_stream_order(made) if cuda else made
             if cuda:
                 torch.cuda.synchronize()  # an error in work that nothing read shows here; printf reaches stdout
+    except WrongOutput as e:
+        return failed(first_line(e), source, case), printed.text
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
     if spec.from_stdout:

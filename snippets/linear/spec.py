@@ -5,6 +5,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from playground.check import WrongOutput
+
 # kplay compares float32 arithmetic with float32 arithmetic: TF32 would round cuBLAS's inputs to 10
 # mantissa bits and make F.linear both faster and less accurate than the kernels it is timed against.
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -54,7 +56,7 @@ OUTPUTS = ("y", "grad_input", "grad_weight", "grad_bias")
 
 
 def checked_gradients(grads, x, weight):
-    """linear_backward's result as the three gradients autograd takes, or an error in the kernel's terms.
+    """linear_backward's result as the three gradients autograd takes, or a failed check in the kernel's terms.
 
     Autograd would reject a wrong count or shape too, but in its own terms ("returned an incorrect
     number of gradients"); the post's `return a, b, c;` is a one-tensor return, and this says so.
@@ -63,12 +65,12 @@ def checked_gradients(grads, x, weight):
     needs = {"grad_input": ("x", x.shape), "grad_weight": ("weight", weight.shape),
              "grad_bias": ("bias", weight.shape[:1])}
     if len(grads) != len(needs):
-        raise RuntimeError(f"linear_backward returns {len(grads)} tensor{'s' if len(grads) != 1 else ''}; "
+        raise WrongOutput(f"linear_backward returns {len(grads)} tensor{'s' if len(grads) != 1 else ''}; "
                            f"the backward needs {len(needs)} ({', '.join(needs)})")
     for g, (name, (of, shape)) in zip(grads, needs.items()):
         if not isinstance(g, torch.Tensor) or g.shape != shape:
             got = tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-            raise RuntimeError(f"linear_backward's {name} has shape {got}; it must be shaped like {of}, {tuple(shape)}")
+            raise WrongOutput(f"linear_backward's {name} has shape {got}; it must be shaped like {of}, {tuple(shape)}")
     return grads
 
 
