@@ -220,6 +220,8 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, str]
             out = spec.from_stdout(printed.text, *inputs)
         except AssertionError as e:
             return failed(str(e), source, case), printed.text
+    elif wrong := _mistyped(made, ref, inputs, spec.outputs):
+        return failed(wrong, source, case), printed.text
     result = compare(out, ref, tol, source, case, spec.outputs)
     if cuda and not result.ok and moved(out, made):
         result = dataclasses.replace(result, mismatches=[f"{case}: {LATE}", *result.mismatches])
@@ -227,6 +229,24 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, str]
         if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
             result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
     return result, printed.text
+
+
+def _mistyped(made, ref, inputs, names: tuple) -> str | None:
+    """An output of another dtype or on another device than the input's: a float32 sum returned as float64
+    passes the numbers and fails here. A reference that is not floating point (a count, an index) sets its
+    output's dtype itself."""
+    import torch
+
+    first = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
+    if first is None:
+        return None
+    for k, (o, r) in enumerate(zip(as_tuple(made), as_tuple(ref))):
+        name = names[k] if k < len(names) else f"out{k}" if len(as_tuple(ref)) > 1 else "out"
+        want = first.dtype if r.is_floating_point() else r.dtype
+        if isinstance(o, torch.Tensor) and (o.dtype != want or o.device != first.device):
+            got, expected = f"{o.dtype} on {o.device}", f"{want} on {first.device}"
+            return f"{name} is {got}, expected {expected} (the input's)"
+    return None
 
 
 LATE = ("the output changed after PyTorch's stream had finished: work still running on another stream "
