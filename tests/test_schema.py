@@ -28,6 +28,22 @@ def test_an_ejected_family_and_a_new_one_pass_the_schema(tmp_path):
     assert registry.load_family(tmp_path / "twice").baselines == ("2 * x + 1",)
 
 
+def edges(values: set[int]) -> list[int]:
+    """The powers of two in values that are multiples of 256 (so of 64 too) with both neighbours there."""
+    return [v for v in values if v % 256 == 0 and v & (v - 1) == 0 and {v - 1, v + 1} <= values]
+
+
+@pytest.mark.parametrize("fam", [*registry.families().values(), None], ids=lambda f: f.name if f else "new")
+def test_every_size_is_checked_at_a_multiple_of_256_a_power_of_two_and_either_side(fam, tmp_path):
+    """The defaults (1e7, ...) are multiples of 64: a kernel wrong only there must meet one in the test sizes."""
+    if fam is None:
+        new("fresh", tmp_path / "fresh")
+        fam = registry.load_family(tmp_path / "fresh")
+    for size, default in fam.sizes.items():
+        values = {t.get(size, default) for t in fam.test_sizes}
+        assert edges(values), f"{fam.name}'s test sizes give {size} {sorted(values)}"
+
+
 def sum_copy(tmp_path, old: str, new_text: str):
     """A copy of sum whose task.toml has `old` replaced by `new_text`."""
     folder = tmp_path / "mysum"
