@@ -7,7 +7,7 @@ import os
 import sys
 from contextlib import contextmanager
 from enum import Enum
-from functools import cache, wraps
+from functools import wraps
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Optional
@@ -116,7 +116,7 @@ def main(_: Annotated[bool, typer.Option("--version", callback=version, is_eager
 
 @app.command("list")
 @friendly
-def list_(json_: Json = False, path: Path_ = None):
+def list_(ctx: typer.Context, json_: Json = False, path: Path_ = None):
     """List the kernel families: summary, variants, devices."""
     found, refused = registry.scan(path)
     rows = [{"name": f.name, "summary": f.summary, "variants": list(f.variants), "devices": f.devices, "path": str(f.path)}
@@ -127,13 +127,13 @@ def list_(json_: Json = False, path: Path_ = None):
         from playground.report import family_table
 
         out.print(family_table(rows))
-    for warning in [*(f"{r} (not listed)" for r in refused), *_list_warnings(found.values())]:
+    for warning in [*(f"{r} (not listed)" for r in refused), *_list_warnings(found.values(), family_options(ctx))]:
         err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
-def _list_warnings(found) -> list[str]:
+def _list_warnings(found, options: frozenset[str]) -> list[str]:
     """A family kplay run refuses (a size named like an option), and one from --path that hides a built-in."""
-    clashes = [registry.clash(f, family_options()) for f in found]
+    clashes = [registry.clash(f, options) for f in found]
     hidden = [f"{f.name} from {f.path} hides the built-in {f.name}: kplay run {f.name} runs it"
               for f in found if registry.shadowing(f)]
     return [*filter(None, clashes), *hidden]
@@ -273,7 +273,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
                        sizes=_sizes(ctx.args, size), params=param or [], paths=path,
                        bench=not no_bench and not sanitize, baselines=baseline or (),
                        skip_baselines=skip_baseline or (), timeout=timeout, lineinfo=bool(sanitize),
-                       options=family_options())
+                       options=family_options(ctx))
     before = compare.load(against) if against else None
     with _progress() as on_event:
         result = _sanitized(req, sanitize, on_event) if sanitize else isolate.run(req, on_event)
@@ -302,7 +302,7 @@ def watch(ctx: typer.Context,
 
     def make():  # a fresh request for every run: the save may have changed task.toml
         return request.make(str(root), device=device.value, variant=variant, dtype=dtype, sizes=sizes,
-                            params=param or [], bench=not no_bench, timeout=timeout, options=family_options())
+                            params=param or [], bench=not no_bench, timeout=timeout, options=family_options(ctx))
 
     def attempt() -> dict:
         req = make()
@@ -376,7 +376,7 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
     profiler.check_device(device.value)
     req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(ctx.args, size),
                        params=param or [], paths=path, timeout=timeout, one_baseline=True, mode="profile",
-                       options=family_options())
+                       options=family_options(ctx))
     with _progress() as on_event:
         result = profiler.run(req, on_event, ncu=not no_ncu)
     if json_:
@@ -417,11 +417,10 @@ def _sizes(args: list[str], pairs: list[str] | None) -> dict:
     return sizes
 
 
-@cache
-def family_options() -> frozenset[str]:
+def family_options(ctx: typer.Context) -> frozenset[str]:
     """The long options of the commands that take a family's sizes as options of their own (run, watch,
     profile, bench), asked of Click: a size may take none of these names, since the command's own would win."""
-    group = typer.main.get_command(app)
+    group = ctx.find_root().command  # the commands Click parsed this call with: not built a second time
     return frozenset(opt[2:] for command in group.commands.values() if command.context_settings.get("ignore_unknown_options")
                      for param in command.params for opt in [*param.opts, *param.secondary_opts] if opt.startswith("--"))
 
@@ -452,7 +451,7 @@ def bench(
     swept = sweep.settings(registry.find(name, path), over, None if tie is None else [t for t in tie.split(",") if t], sizes)
     base = request.make(name, device=device.value, variant=variant, dtype=dtype, seed=seed, sizes=fixed,
                         params=param or [], paths=path, baselines=baseline or (), one_baseline=True, timeout=timeout,
-                        options=family_options())
+                        options=family_options(ctx))
     points = sweep.requests(base, swept, fixed)  # every point validated before torch is imported
     with _sweep_progress(len(points), swept.key) as (on_point, on_event):
         records, error = sweep.run(points, on_point, on_event)
