@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from conftest import ROOT, WRONG
-from playground import registry, spec
+from playground import registry, request, spec
 from playground.errors import UsageError
 from playground.scaffold import eject, new
 
@@ -128,3 +128,13 @@ def test_a_refused_family_elsewhere_does_not_stop_a_lookup(kplay, tmp_path):
     assert result.exit_code == 2 and "unknown kernel 'summ'; did you mean 'sum'?" in result.stderr
     direct = kplay("run", "broken", "--path", tmp_path)
     assert direct.exit_code == 2 and "unknown key 'sumary'; did you mean 'summary'?" in direct.stderr
+
+
+def test_a_param_may_take_any_name_since_it_is_given_as_param_name_value(kplay, tmp_path):
+    family(tmp_path, "seeded", extra="")
+    toml = tmp_path / "seeded" / "task.toml"
+    toml.write_text(toml.read_text() + "[params.seed]\ndefault = 1\n")
+    req = request.make(str(tmp_path / "seeded"), params=["seed=5"], seed=7, options={"seed", "param"})
+    assert req.params == {"seed": 5} and req.seed == 7
+    listed = kplay("list", "--path", tmp_path)
+    assert listed.exit_code == 0 and not listed.stderr
