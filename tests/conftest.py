@@ -1,5 +1,6 @@
-"""Shared fixtures: a private build cache, CLI runner, and the known-wrong kernels."""
+"""Shared fixtures: a private build cache, the warm worker, CLI runner, the known-wrong kernels; the slow-test report."""
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -9,6 +10,8 @@ from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 WRONG = Path(__file__).resolve().parent / "wrong"
+REPORT_S = 10  # an unmarked test (setup, call and teardown) longer than this is listed at the end
+FAIL_S = 30  # and one longer than this fails the run: mark it `slow`, or make it faster
 
 
 def gpu() -> bool:
@@ -30,12 +33,83 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def cache(tmp_path_factory):
-    """Builds go to a per-session temp dir, shared by the tests, never the user's cache."""
-    path = tmp_path_factory.mktemp("kplay-cache")
+    """Builds go to a per-session temp dir, never the user's cache. The xdist workers share one (their
+    common parent folder is this session's): a source is built once, and kplay's file locks make that safe."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "kplay-cache"
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("kplay-cache")
     os.environ["KPLAY_CACHE"] = str(path)
     for name in ("KPLAY_PATH", "KPLAY_DEBUG"):
         os.environ.pop(name, None)
     return path
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A build cache of this test's own, for a test that empties or damages it (the session's is shared)."""
+    monkeypatch.setenv("KPLAY_CACHE", str(tmp_path / "own-cache"))
+    return tmp_path / "own-cache"
+
+
+class _Warm:
+    """The warm worker the tests' runs fork from, while it is up."""
+    stack, zygote = contextlib.ExitStack(), None
+
+    @classmethod
+    def close(cls):
+        cls.stack.close()
+        cls.zygote = None
+
+
+@pytest.fixture(autouse=True)
+def warm(request, cache):
+    """Every run forks from one worker that has imported torch (isolate.warm, as `kplay watch` does): about 2 s
+    less per `kplay run`. A test that needs fresh workers, or a warm worker of its own, asks for `cold`."""
+    from playground import isolate
+
+    if "cold" in request.fixturenames:
+        _Warm.close()
+    elif _Warm.zygote is None or _Warm.zygote.proc.poll() is not None:  # none yet, or a test ended it
+        _Warm.close()
+        _Warm.zygote = _Warm.stack.enter_context(isolate.warm())
+    return _Warm.zygote
+
+
+@pytest.fixture
+def cold():
+    """No warm worker during this test: each run starts a fresh one."""
+
+
+def pytest_sessionfinish(session):
+    _Warm.close()
+    if _too_slow(session.config, FAIL_S) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_durations: dict[str, list] = {}  # nodeid -> [seconds, marked slow], summed over setup, call and teardown
+
+
+def pytest_runtest_logreport(report):
+    seen = _durations.setdefault(report.nodeid, [0.0, "slow" in report.keywords])
+    seen[0] += report.duration
+
+
+def _too_slow(config, limit: float) -> list[tuple[float, str]]:
+    """Unmarked tests over `limit` seconds, slowest first; with xdist, the controller's count (workers say nothing)."""
+    if hasattr(config, "workerinput"):
+        return []
+    return sorted(((s, node) for node, (s, slow) in _durations.items() if not slow and s > limit), reverse=True)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    listed = _too_slow(config, REPORT_S)
+    if not listed:
+        return
+    terminalreporter.section(f"unmarked tests over {REPORT_S} s (over {FAIL_S} s fails the run: mark it slow)")
+    for seconds, node in listed:
+        terminalreporter.line(f"{seconds:6.1f}s {'FAIL ' if seconds > FAIL_S else ''}{node}")
 
 
 @pytest.fixture

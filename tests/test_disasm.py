@@ -3,6 +3,7 @@
 import json
 import os
 import platform
+import shutil
 
 import pytest
 
@@ -192,11 +193,17 @@ def test_sass_groups_instructions_under_their_line_marks():
         (4, ["LDC R1, c[0x0][0x28]", "LDG.E.128.CONSTANT R4, desc[UR6][R28.64]", ".L_x_2:"]), (7, ["EXIT"])]
 
 
-def test_show_after_a_clean_in_the_same_process_builds_again(kplay):
-    """A library loads once per process; after `kplay clean` its folder is built again for `show` to read."""
-    first = show_json(kplay, "sum", "--asm", "--kernel", "sum_all<float>")
+def test_show_after_a_clean_in_the_same_process_builds_again(kplay, own_cache, tmp_path):
+    """A library loads once per process; after `kplay clean` its folder is built again for `show` to read.
+
+    The cache is this test's (the session's is shared), so the source is one no test has loaded in this process:
+    a library loaded from two folders would register its ops twice."""
+    folder = tmp_path / "sum"
+    shutil.copytree(SUM, folder)
+    (folder / "sum.cpp").write_text((SUM / "sum.cpp").read_text() + f"// {tmp_path}\n")
+    first = show_json(kplay, folder, "--asm", "--kernel", "sum_all<float>")
     assert kplay("clean").exit_code == 0
-    again = show_json(kplay, "sum", "--asm", "--kernel", "sum_all<float>")
+    again = show_json(kplay, folder, "--asm", "--kernel", "sum_all<float>")
     assert again["functions"] == first["functions"] and again["loops"] == first["loops"]
-    result = kplay("run", "sum", "--n", "1e3", "--device", "cpu", "--no-bench", "--json")
+    result = kplay("run", folder, "--n", "1e3", "--device", "cpu", "--no-bench", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["variants"][0]["build"]["loops"] == first["loops"]
