@@ -4,13 +4,11 @@ A family's known-wrong kernels are listed in tests/wrong/<family>/wrong.toml (a 
 of, the source of its `variant`, default cpp); a family added later gets the first half by existing.
 """
 
-import re
-import shutil
 from pathlib import Path
 
 import pytest
 
-from conftest import WRONG
+from conftest import WRONG, wrong_folder
 from playground import registry
 from playground.registry import tomllib
 
@@ -41,38 +39,41 @@ def test_every_variant_passes(kplay, family, variant, device):
     assert result.exit_code == 0, result.output
 
 
-def wrong_folder(tmp_path: Path, family: str, entry: dict) -> Path:
-    """A copy of the family with one variant, whose first source (or `source`) is the known-wrong one."""
-    fam = FAMILIES[family]
-    variant = fam.variants[entry.get("variant", "cpp")]
-    folder = tmp_path / family
-    shutil.copytree(fam.path, folder)
-    source = folder / entry.get("source", variant.sources[0])
-    if "file" in entry:
-        shutil.copy(WRONG / family / entry["file"], source)
-    else:
-        old, new = entry["patch"]
-        text = source.read_text()
-        assert old in text, f"the patch no longer applies to {source.name}: {old!r}"
-        source.write_text(text.replace(old, new))
-    toml = folder / "task.toml"
-    sections = re.split(r"\n(?=\[)", toml.read_text())  # the header, then one chunk per [table]
-    keep = lambda s: not s.startswith("[variants.") or s.startswith(f"[variants.{variant.name}]")
-    toml.write_text("\n".join(filter(keep, sections)))  # its params stay; the other variants go
-    return folder
-
-
 @pytest.mark.parametrize("family, entry", list(_known_wrong()))
 def test_known_wrong_kernels_fail_as_they_say(kplay, tmp_path, family, entry):
     """mode run: here; cuda: on a GPU; sanitize: on a GPU, under compute-sanitizer's `tool`."""
     mode = entry.get("mode", "run")
     device = "cpu" if mode == "run" else "cuda"
     sanitized = ["--sanitize", entry["tool"]] if mode == "sanitize" else []
-    result = kplay("run", wrong_folder(tmp_path, family, entry), "--device", device, "--no-bench", *sanitized,
+    result = kplay("run", wrong_folder(tmp_path / family, family, entry), "--device", device, "--no-bench", *sanitized,
                    *entry.get("args", []))
     assert result.exit_code == entry["exit"], result.output
     assert entry["says"] in " ".join(result.output.split()), result.output  # as one line: rich wraps at 80
     assert "Traceback" not in result.output
+
+
+RESCALED = {"cpu": [("sum_skip_rescale_tenth.cpp", "cpp")],
+            "cuda": [("fast_skip_rescale", "fast")]}
+
+
+def _entry(family: str, name: str) -> dict:
+    entries = tomllib.loads((WRONG / family / "wrong.toml").read_text())["wrong"]
+    return next(e for e in entries if name in (e.get("name"), e.get("file")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device, sizes, seeds", [
+    ("cpu", (10**6, 10**8), range(10)),
+    pytest.param("cuda", (10**9,), range(5), marks=pytest.mark.cuda)])
+def test_skip_and_rescale_fails_at_every_seed(tmp_path, device, sizes, seeds):
+    """Certain, not likely: sum's probe spike is missed by at least 0.001 of its height (snippets/sum/spec.py)."""
+    import playground
+
+    for name, variant in RESCALED[device]:
+        folder = wrong_folder(tmp_path / name, "sum", _entry("sum", name))
+        passed = [(n, s) for n in sizes for s in seeds
+                  if playground.run(str(folder), sizes={"n": n}, device=device, variant=variant, seed=s, bench=False).ok]
+        assert passed == [], f"{name} passed at (n, seed) {passed}"
 
 
 CUDA_SUMS = [v.name for v in FAMILIES["sum"].variants.values() if v.device == "cuda"]

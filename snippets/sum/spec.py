@@ -25,9 +25,9 @@ def tolerance(x, dtype):
 
 
 def probe(inputs, dtype, gen):
-    """x with 10,000 elements (the first and the last among them) raised by an amount that a kernel skipping
-    any 1% of x (a tail, a stride, a sample it scales up) misses by about 10 tolerances; an honest kernel
-    sees all of them. The tolerance itself stays the rounding bound, computed on this input."""
+    """x with 10,000 elements raised (the first and the last among them) and one spike at a random place: a
+    kernel that skips part of x fails, whether or not it scales the rest up; an honest one sees everything.
+    The tolerance stays the rounding bound, computed on this input."""
     (x,) = inputs
     n = x.numel()
     count = min(n, 10_000)
@@ -39,7 +39,15 @@ def probe(inputs, dtype, gen):
         where = torch.randint(n, (count,), generator=gen).unique()
     where[0], where[-1] = 0, n - 1
     y = x.clone()
+    # Skipping 1% of x without scaling up misses about 100 of these raises: about 50 tolerances.
     y[where.to(x.device)] += 100 * tolerance(x, dtype)[0] / math.sqrt(count)
+    # Skipping a fraction f >= 0.1% and scaling the rest by 1/(1-f) restores the raises on average; the spike
+    # makes it fail for certain. With c = Σ|x| (about 0.8 n for randn), the kernel's error is about
+    # c(f - [spike skipped])/(1 - f), at least 0.001 c = 800 at n = 1e6; the tolerance, (ceil(log2 n)+1)·eps·Σ|y|
+    # with Σ|y| about 2c, is 5e-6 c in float32 (7e-6 c at 1e9), and the rescaled background's spread,
+    # sqrt(f n) elements of spread 1, is 32 at n = 1e6 (1,000 at 1e9 against 0.001 c = 8e5): 25 sigmas or more.
+    spike = torch.randint(n, (1,), generator=gen)
+    y[spike.to(x.device)] += x.abs().sum(dtype=torch.float64).item()
     return (y,)
 
 
