@@ -274,7 +274,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
                        bench=not no_bench and not sanitize, baselines=baseline or (),
                        skip_baselines=skip_baseline or (), timeout=timeout, lineinfo=bool(sanitize),
                        options=family_options(ctx))
-    before = compare.load(against) if against else None
+    before = compare.load(against, req) if against else None
     with _progress() as on_event:
         result = _sanitized(req, sanitize, on_event) if sanitize else isolate.run(req, on_event)
     _show_run(result, json_, sanitize, verbose, before, explain)
@@ -403,17 +403,23 @@ def _sizes(args: list[str], pairs: list[str] | None) -> dict:
     """`--n 1e7`, `--rows=1e5` (the options kplay did not declare itself) and `--size n=1e7`, as {name: text}
     (None: a name without its value). Only split here: request checks the names and the values."""
     sizes, rest = {}, list(args)
+
+    def given(key: str, value) -> None:
+        if key in sizes:
+            raise UsageError(f"--{key} is given twice ({sizes[key]} and {value}): give it once")
+        sizes[key] = value
+
     while rest:
         arg = rest.pop(0)
         if not arg.startswith("--") or len(arg) < 3:
             raise UsageError(f"unexpected argument '{arg}' (sizes are given as --NAME VALUE)")
         key, eq, value = arg[2:].partition("=")
-        sizes[key] = value if eq else rest.pop(0) if rest and not rest[0].startswith("--") else None
+        given(key, value if eq else rest.pop(0) if rest and not rest[0].startswith("--") else None)
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep:
             raise UsageError(f"--size {pair}: expected NAME=VALUE")
-        sizes[key] = value
+        given(key, value)
     return sizes
 
 

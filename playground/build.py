@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import events, pch, render
 from .capture import stdout_fd
-from .errors import BuildError
+from .errors import BuildError, UsageError
 from .registry import Family, Variant
 from .toolchain import (CACHE_LOCK, cache_dir, cache_exclusive, cache_lock, cache_shared, compiler, cpu_model,
                         nvidia_library, remark_flags, setup_env)
@@ -106,6 +106,8 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     srcs = render.sources(family, variant, params)
     if sum(n.endswith(".cu") for n in srcs) > 1 or sum(not n.endswith(".cu") for n in srcs) > 1:
         raise BuildError(f"{family.name}/{variant.name}: at most one C++ and one CUDA source per variant")
+    for file in (f for f, text in srcs.items() if not text.strip()):
+        raise UsageError(f"{family.path / file} is empty: nothing to build (kplay eject writes the family's sources)")
     name, args = identity(family, variant, srcs)
     where = folder(name)
     so = where / f"{name}.so"

@@ -17,8 +17,9 @@ def verdict(before: dict, after: dict) -> str:
     return "faster" if new.median_s < old.median_s else "slower"
 
 
-def load(path: Path) -> dict:
-    """A `kplay run --json` record, checked enough that a wrong file is one line, not a traceback."""
+def load(path: Path, req=None) -> dict:
+    """A `kplay run --json` record, checked enough that a wrong file is one line, not a traceback; with the
+    request, a record of another family or other sizes is refused (its times would not compare)."""
     try:
         record = json.loads(Path(path).read_text())
     except OSError as e:
@@ -29,6 +30,10 @@ def load(path: Path) -> dict:
     if (not isinstance(record, dict) or "family" not in record or not isinstance(record.get("variants"), list)
             or not all(isinstance(v, dict) and "variant" in v and timed(v.get("time")) for v in record["variants"])):
         raise UsageError(f"--against {path}: not a kplay run record (write it with kplay run ... --json)")
+    theirs = {"family": record["family"], "sizes": record.get("sizes")}
+    for key, ours in (("family", req and req.family), ("sizes", req and req.sizes)):
+        if req is not None and theirs[key] != ours:
+            raise UsageError(f"--against {path}: a run of {_shown(theirs[key])}, this one is of {_shown(ours)}")
     return record
 
 
@@ -42,15 +47,17 @@ def rows(before: dict, after: dict) -> list[tuple[str, dict, dict, str]]:
     return [(name, old[name], t, verdict(old[name], t)) for name, t in new.items() if t and old.get(name)]
 
 
-def differences(before: dict, after: dict) -> list[str]:
-    """What makes the two runs not like for like (another family, device, dtype or size)."""
-    def shown(value) -> str:  # sizes as kplay writes them: n=10,000 (a --values list as it is)
-        if not isinstance(value, dict):
-            return str(value)
-        return " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in value.items())
+def _shown(value) -> str:
+    """Sizes as kplay writes them: n=10,000 (a --values list as it is)."""
+    if not isinstance(value, dict):
+        return str(value)
+    return " ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in value.items())
 
+
+def differences(before: dict, after: dict) -> list[str]:
+    """What makes the two runs not like for like (another device or dtype: the family and sizes are refused)."""
     keys = ("family", "device", "dtype", "sizes")
-    return [f"{k}: {shown(before.get(k))} before, {shown(after.get(k))} now" for k in keys
+    return [f"{k}: {_shown(before.get(k))} before, {_shown(after.get(k))} now" for k in keys
             if before.get(k) != after.get(k)]
 
 

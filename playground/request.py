@@ -20,6 +20,8 @@ from . import registry
 from .errors import UsageError
 
 MAX_SIZE = 1 << 40
+MAX_SEED = 1 << 62  # torch.Generator takes a signed 64-bit seed; the timed inputs use seed + 1000 + k
+MAX_TIMEOUT_S = 86_400
 DTYPES = registry.DTYPES
 INT_RANGE = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}
 FLOAT_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
@@ -86,8 +88,10 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
     pairs = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else list(params or [])
     if device != "auto":
         fam.pick_variants(device, variant)
-    if not timeout > 0 or math.isinf(timeout):
-        raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0")
+    if not 0 < timeout <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0, at most {MAX_TIMEOUT_S:,} (a day)")
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed {seed}: give a whole number from 0 to 2^62")
     _baselines(fam, baselines, skip_baselines)
     return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, fam.parse_params(pairs), bench,
                    tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings),

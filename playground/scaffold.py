@@ -40,8 +40,24 @@ def to_toml(data: dict, prefix: str = "") -> str:
     return "\n".join(lines) + ("\n" if lines else "") + "".join(tables)
 
 
+def _write(folder: Path, files: dict[str, str], force: bool) -> list[Path]:
+    """Write each file under folder (made if missing); nothing the user wrote is overwritten without --force,
+    and a folder that is a file or cannot be written is one UsageError."""
+    targets = [folder / name for name in files]
+    _refuse_overwrite(targets, force)
+    try:
+        for path, text in zip(targets, files.values()):
+            path.parent.mkdir(parents=True, exist_ok=True)  # a header listed as include/x.h
+            path.write_text(text)
+    except OSError as e:
+        blocker = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+        why = f"{blocker} is not a folder" if not blocker.is_dir() else e.strerror or str(e)
+        raise UsageError(f"{folder}: cannot write there ({why})") from None
+    return targets
+
+
 def _refuse_overwrite(paths: list[Path], force: bool) -> None:
-    existing = [p for p in paths if p.exists()]
+    existing = [p for p in paths if p.exists() and not p.is_dir()]
     if existing and not force:
         if len(existing) > 2:  # the folder and a count: a list of every path is longer than a terminal line
             root = Path(os.path.commonpath(existing))
@@ -80,13 +96,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
     }
     files["task.toml"] = "# Ejected by kplay: edit the sources, then `kplay run .`\n" + to_toml(task)
     files["spec.py"] = (fam.path / "spec.py").read_text()
-    targets = [folder / name for name in files]
-    _refuse_overwrite(targets, force)
-    folder.mkdir(parents=True, exist_ok=True)
-    for path, text in zip(targets, files.values()):
-        path.parent.mkdir(parents=True, exist_ok=True)  # a header listed as include/x.h
-        path.write_text(text)
-    return targets
+    return _write(folder, files, force)
 
 
 def _size_table(fam: Family, key: str) -> int | dict:
@@ -108,15 +118,9 @@ def new(name: str, folder: Path, force: bool = False) -> list[Path]:
     """A new family that passes as it is: an element-wise op with a reference and awkward test sizes."""
     if not re.fullmatch(r"[A-Za-z_]\w*", name):
         raise UsageError(f"kernel name '{name}': use letters, digits and _, not starting with a digit")
-    targets = []
-    for template in sorted(TEMPLATES.glob("new_*")):
-        target = folder / template.name.removeprefix("new_").replace("kernel", name)
-        targets.append(target)
-    _refuse_overwrite(targets, force)
-    folder.mkdir(parents=True, exist_ok=True)
-    for template, target in zip(sorted(TEMPLATES.glob("new_*")), targets):
-        target.write_text(template.read_text().replace("KERNEL", name))
-    return targets
+    files = {t.name.removeprefix("new_").replace("kernel", name): t.read_text().replace("KERNEL", name)
+             for t in sorted(TEMPLATES.glob("new_*"))}
+    return _write(folder, files, force)
 
 
 def export(fam: Family, folder: Path, variant: Variant, params: dict, force: bool = False) -> list[Path]:
@@ -141,10 +145,5 @@ def export(fam: Family, folder: Path, variant: Variant, params: dict, force: boo
         target = template.name.removeprefix("export_").replace("PACKAGE", package).replace("+", "/")
         files[target] = re.sub(r"@(\w+)@", lambda m: sub[m.group(1)], template.read_text())
     files[f"{package}/spec.py"] = (fam.path / "spec.py").read_text()
-    targets = [folder / n for n in files]
-    _refuse_overwrite(targets, force)
-    for path, text in zip(targets, files.values()):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return targets
+    return _write(folder, files, force)
 

@@ -80,11 +80,32 @@ def module(fam: Family):
         except SyntaxError as e:
             raise UsageError(f"{path}:{e.lineno}: {e.msg}") from None
         except Exception as e:  # raised while spec.py runs: its own line, not importlib's
-            line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == str(path)), "?")
-            first = (str(e).splitlines() or [""])[0]
-            raise UsageError(f"{path}:{line}: {type(e).__name__}: {first}") from e  # KPLAY_DEBUG=1: where it was
+            raise _broken(path, e) from e  # KPLAY_DEBUG=1: where it was
         _modules[key] = mod
     return _modules[key]
+
+
+def _broken(path, e: Exception, hook: str = "") -> UsageError:
+    """'spec.py:12: reference raised ValueError: ...': the line in spec.py where it went wrong."""
+    line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__)) if f.filename == str(path)), "?")
+    first = (str(e).splitlines() or [""])[0]
+    return UsageError(f"{path}:{line}: {hook + ' raised ' if hook else ''}{type(e).__name__}: {first}")
+
+
+def _own(path, hook: str, fn: Callable | None) -> Callable | None:
+    """A hook that runs only the spec's own code (not the kernel): an error in it is a broken spec.py, exit 2."""
+    if fn is None:
+        return None
+
+    def guarded(*args):
+        try:
+            return fn(*args)
+        except UsageError:
+            raise
+        except Exception as e:
+            raise _broken(path, e, hook) from e
+
+    return guarded
 
 
 def load(fam: Family) -> Spec:
@@ -105,14 +126,16 @@ def from_module(family: str, module, declared: tuple[str, ...] = ()) -> Spec:
         elif required:
             raise UsageError(f"{family}: spec.py has no {name}({_shown(args)}): {what}")
     call = hooks["call"]
+    own = {h: _own(getattr(module, "__file__", "spec.py"), h, hooks.get(h))
+           for h in ("reference", "tolerance", "probe", "output_like")}  # the spec's code alone, not the kernel
     return Spec(
-        family=family, make_inputs=hooks["make_inputs"], reference=hooks["reference"],
-        tolerance=hooks["tolerance"], call=call,
+        family=family, make_inputs=hooks["make_inputs"], reference=own["reference"],
+        tolerance=own["tolerance"], call=call,
         function=hooks.get("function", lambda ops, variant: lambda *inputs: call(ops, variant, *inputs)),
         timings=hooks.get("timings", one_step), baselines=_baselines(family, module, hooks, declared),
-        traffic=hooks.get("traffic"), flops=hooks.get("flops"), output_like=hooks.get("output_like"),
+        traffic=hooks.get("traffic"), flops=hooks.get("flops"), output_like=own["output_like"],
         from_stdout=hooks.get("from_stdout"), extra=hooks.get("extra", lambda ops, variant, inputs: {}),
-        probe=hooks.get("probe"),
+        probe=own["probe"],
         outputs=tuple(getattr(module, "OUTPUTS", ())), wall_clock=bool(getattr(module, "WALL_CLOCK", False)),
     )
 

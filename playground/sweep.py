@@ -87,6 +87,8 @@ def settings(fam: registry.Family, over: str | None = None, tie: list[str] | Non
             raise UsageError(f"--over/--tie {k}: {fam.name} has no size '{k}'; it has {', '.join(fam.sizes)}")
     if key in tied:
         raise UsageError(f"--tie {key}: that is the swept size itself")
+    if sizes is not None and not sizes.strip():
+        raise UsageError("--sizes: give the sizes to sweep, e.g. 1e3,1e4,1e5 or 1e3..1e9")
     chosen = sizes or (table.get("sizes") if mine else None)
     values = parse_sizes(chosen) if chosen else default_sizes(parse_size(key, fam.sizes[key]))
     return Sweep(key, tied, tuple(values))
