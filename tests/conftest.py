@@ -125,24 +125,40 @@ def kplay():
     return invoke
 
 
+def wrong_folder(folder: Path, family: str, entry: dict) -> Path:
+    """A copy of a built-in family in `folder` with one variant (entry's `variant`, default cpp), whose first
+    source (or `source`) is the known-wrong one: tests/wrong/<family>/<file>, or the source with `patch` applied.
+
+    The copy keeps the family's name and the variant its own section of task.toml (flags and params): the same
+    known-wrong kernel in two tests is one build.
+    """
+    import re
+
+    from playground import registry
+
+    variant = registry.find(family).variants[entry.get("variant", "cpp")]
+    shutil.copytree(ROOT / "snippets" / family, folder)
+    source = folder / entry.get("source", variant.sources[0])
+    if "file" in entry:
+        shutil.copy(WRONG / family / entry["file"], source)
+    else:
+        old, new = entry["patch"]
+        text = source.read_text()
+        assert old in text, f"the patch no longer applies to {source.name}: {old!r}"
+        source.write_text(text.replace(old, new))
+    toml = folder / "task.toml"
+    sections = re.split(r"\n(?=\[)", toml.read_text())  # the header, then one chunk per [table]
+    keep = lambda s: not s.startswith("[variants.") or s.startswith(f"[variants.{variant.name}]")
+    toml.write_text("\n".join(filter(keep, sections)))  # its params stay; the other variants go
+    return folder
+
+
 @pytest.fixture
 def wrong_kernel(tmp_path):
-    """A copy of a built-in family whose C++ source is replaced by one from tests/wrong/ (e.g. "linear/x.cpp").
+    """make(family, file): a copy of a built-in family whose cpp variant's source is tests/wrong/<family>/<file>."""
 
-    The source takes the family's own name (linear.cpp, not linear_cuda.cpp), so a compile error points there.
-    """
-
-    def make(family: str, source: str) -> Path:
-        folder = tmp_path / f"{family}-{Path(source).stem}"
-        shutil.copytree(ROOT / "snippets" / family, folder)
-        own = folder / f"{family}.cpp"
-        target = own if own.exists() else sorted(folder.glob("*.cpp"))[0]
-        for extra in folder.glob("*"):
-            if extra.suffix in (".cpp", ".cu") and extra != target:
-                extra.unlink()
-        shutil.copy(WRONG / family / source if (WRONG / family / source).exists() else WRONG / source, target)
-        text = (folder / "task.toml").read_text()
-        (folder / "task.toml").write_text(text.split("\n[variants.")[0] + f'\n[variants.cpp]\ndevice = "cpu"\nsources = ["{target.name}"]\n')
-        return folder
+    def make(family: str, file: str) -> Path:
+        name = Path(file).name
+        return wrong_folder(tmp_path / Path(name).stem / family, family, {"file": name})
 
     return make
