@@ -16,7 +16,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from . import events
+from . import events, sessions
 from .errors import BuildError, KernelCrash, KplayError, UsageError
 from .request import Request
 
@@ -106,11 +106,10 @@ def _send(child, request: Request) -> None:
 
 
 def _kill_session(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:  # a forked worker not yet leading its session, or gone
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    """The worker (a session leader), and every process of its session: ninja and its compilers too."""
+    with contextlib.suppress(ProcessLookupError):  # a forked worker not yet leading its session, or gone
+        os.kill(pid, signal.SIGKILL)
+    sessions.kill(pid)
 
 
 _zygote = None  # the warm worker, inside warm()

@@ -17,6 +17,8 @@ import time
 import traceback
 import warnings
 
+from . import sessions
+
 
 def die_with_parent() -> None:
     """This worker and its build die with kplay: killed, its process group killed, or its terminal closed.
@@ -28,7 +30,7 @@ def die_with_parent() -> None:
     parent = os.getppid()
 
     def end_session(*_):
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        sessions.kill(os.getsid(0))
 
     signal.signal(signal.SIGTERM, end_session)
     if sys.platform.startswith("linux"):
