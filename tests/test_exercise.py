@@ -153,7 +153,8 @@ def test_every_built_in_exercise_has_hints_that_say_what_and_why(name):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize("name", [n if n in ("sum/shuffle", "print_array/cpp") else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in BUILT_IN])  # -m "not slow": a CPU starter, and one CUDA one other tests build too
 def test_every_built_in_starter_compiles(kplay, tmp_path, name):
     """`start` builds the starter before writing it (nvcc compiles and links here, no GPU needed)."""
     result = kplay("start", name, tmp_path / "me")

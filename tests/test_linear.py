@@ -228,9 +228,9 @@ def test_gradient_checks_fail_wrong_backward(bug, names):
 # CUDA: the sources compile on any machine with nvcc (no GPU: for sm_90); correctness needs a GPU.
 @pytest.mark.nvcc
 @pytest.mark.parametrize("variant, params", [
-    ("cuda-naive", {}),
-    ("cuda-tiled", {}),
-    ("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}),
+    pytest.param("cuda-naive", {}, marks=pytest.mark.slow),
+    ("cuda-tiled", {}),  # -m "not slow" compiles one
+    pytest.param("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}, marks=pytest.mark.slow),
 ], ids=["naive", "tiled", "tiled-64x64"])
 def test_cuda_sources_compile(variant, params):
     ops = playground.load("linear", variant=variant, device="cuda", params=params)

@@ -29,7 +29,7 @@ def variant_id(variant: str) -> str:
 
 
 def ops(variant: str, family=FAMILY, **params):
-    """A variant's torch.ops namespace, built once per session (the conftest's private cache)."""
+    """A variant's torch.ops namespace, built once per session (the conftest's cache, which the xdist workers share)."""
     key = (str(family.path), variant, tuple(sorted(params.items())))
     if key not in _built:
         pairs = [f"{k}={v}" for k, v in params.items()]
