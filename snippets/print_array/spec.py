@@ -6,10 +6,14 @@ import torch
 def make_inputs(sizes, dtype, device, gen):
     if "values" in sizes:  # kplay checked that the dtype holds every value
         return (torch.tensor(sizes["values"], dtype=dtype, device=device),)
-    if dtype.is_floating_point:
-        x = torch.randn(sizes["n"], generator=gen, dtype=dtype)
-    else:
-        x = torch.randint(-1000, 1000, (sizes["n"],), generator=gen, dtype=dtype)
+    n = sizes["n"]
+    if dtype.is_floating_point:  # every digit matters, at magnitudes from 1e-8 to 1e8: %f or %.6g loses some
+        scale = 10.0 ** torch.randint(-8, 9, (n,), generator=gen)
+        x = (torch.randn(n, generator=gen, dtype=torch.float64) * scale).to(dtype)
+    else:  # the whole range, its ends first and last: "%d" of an int64 beyond 2^31 prints something else
+        info = torch.iinfo(dtype)
+        x = torch.randint(info.min, info.max, (n,), generator=gen, dtype=dtype)
+        x[0], x[-1] = info.min, info.max
     return (x.to(device),)
 
 
@@ -37,8 +41,12 @@ def flops(sizes):
 
 
 def from_stdout(text, x):
-    """The printed lines as a tensor like x (None where a line does not parse)."""
-    lines = text.split()
+    """The printed lines, one number each, in order, as a tensor like x."""
+    lines = text.splitlines()
+    lines = lines[:-1] if lines and not lines[-1].strip() else lines  # the last line's newline
+    for k, line in enumerate(lines, 1):
+        if len(line.split()) != 1:
+            raise AssertionError(f"line {k} is {line[:40]!r}: print one number per line")
     try:
         values = [float(v) if x.dtype.is_floating_point else int(v) for v in lines]
     except ValueError:
