@@ -170,8 +170,36 @@ def _cases(spec, fam, req, main, dtype, device):
         sizes = {**req.sizes, **test}
         yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed)
     yield case_label(fam, req.sizes), lambda: main
+    for form in () if "values" in req.sizes else fam.forms:  # the same values, laid out another way
+        if (inputs := _in_form(main, form)) is not None:
+            yield f"{case_label(fam, req.sizes)} {form}", lambda inputs=inputs: inputs
     if spec.probe and "values" not in req.sizes:  # the same size, changed where each element's position matters
         yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, torch.Generator().manual_seed(req.seed + 1))
+
+
+def _in_form(inputs, form: str):
+    """The inputs with each tensor's values laid out another way (registry.FORMS): as a 2-D tensor (a 1-D one
+    of n = k·m elements), as a view with stride 2, or one element past an aligned address. None where the
+    form does not apply (a prime n has no 2-D shape)."""
+    import torch
+
+    def laid_out(x):
+        if not isinstance(x, torch.Tensor) or x.dim() == 0:
+            return x
+        if form == "2-D":
+            rows = next((k for k in (4, 3, 2) if x.dim() == 1 and x.numel() % k == 0 and x.numel() > k), None)
+            return None if rows is None else x.reshape(rows, -1)
+        if form == "strided":
+            wide = torch.full((*x.shape[:-1], 2 * x.shape[-1]), float("nan") if x.is_floating_point() else -1,
+                              dtype=x.dtype, device=x.device)
+            wide[..., ::2] = x
+            return wide[..., ::2]
+        flat = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)  # misaligned: storage offset 1
+        flat[1:] = x.flatten()
+        return flat[1:].view(x.shape)
+
+    out = tuple(laid_out(x) for x in inputs)
+    return None if any(o is None for o in out) else out
 
 
 def make_inputs(spec, sizes, dtype, device, seed):

@@ -36,7 +36,9 @@ TYPES = {
 FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "dtypes": "a list of strings",
                "sizes": "a table", "test_sizes": "a list of tables", "params": "a table", "variants": "a table",
                "bench": "true, false or a table", "default_variant": "a string", "includes": "a list of strings",
-               "values": "a table", "exercise": "true, false or a table", "baselines": "a list of strings"}
+               "values": "a table", "exercise": "true, false or a table", "baselines": "a list of strings",
+               "forms": "a list of strings"}
+FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
                 "includes": "a list of strings"}
@@ -124,6 +126,7 @@ class Family:
     values: dict = field(default_factory=dict)  # [values]: the input given as a list; its length sets `size`
     baselines: tuple[str, ...] = ()  # what spec.py times the kernel against, by name: checked before torch loads
     exercise: bool | dict = False  # true: show and eject give the starter; a table: a folder kplay start wrote
+    forms: tuple[str, ...] = ()  # FORMS the op takes: the check runs the requested size in each
 
     @property
     def devices(self) -> list[str]:
@@ -308,7 +311,15 @@ def _family(path: Path, raw: dict) -> Family:
         default_variant=default,
         baselines=tuple(dict.fromkeys(raw.get("baselines", ()))),
         exercise=_exercise(raw.get("exercise", False)),
+        forms=_forms(raw.get("forms", [])),
     )
+
+
+def _forms(raw: list) -> tuple[str, ...]:
+    for form in raw:
+        if form not in FORMS:
+            raise ValueError(f"forms: unknown form '{form}'; {did_you_mean(form, FORMS)}")
+    return tuple(dict.fromkeys(raw))
 
 
 def search_path(extra: list[str] | None = None) -> list[Path]:

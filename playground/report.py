@@ -296,13 +296,13 @@ def _peak_notes(r: dict) -> list[Text]:
 
 def _short_cases(cases: list[str]) -> list[str]:
     """Each test size as what differs from the requested one: 'batch=1' for 'batch=1 features=32 ...'; the
-    requested size last, with how else it was checked (probed, reused)."""
-    extras = ("probed", "reused")
-    main = next(c for c in reversed(cases) if not c.endswith(tuple(f" {e}" for e in extras)))
+    requested size last, with how else it was checked (2-D, strided, misaligned, probed, reused)."""
+    main = next((c for c in cases if any(o.startswith(c + " ") for o in cases)), cases[-1])
     same = set(main.split())
     shown = [" ".join(p for p in c.split() if p not in same) or c for c in cases if not c.startswith(main)]
-    also = [e for e in extras if f"{main} {e}" in cases]
-    last = main + (f" (also {' and '.join(also)})" if also else "")
+    also = [c.removeprefix(main + " ") for c in cases if c.startswith(main + " ")]
+    listed = ", ".join(also[:-1]) + " and " + also[-1] if len(also) > 1 else "".join(also)
+    last = main + (f" (also {listed})" if also else "")
     return [*shown, f"and {last}"] if shown else [last]
 
 

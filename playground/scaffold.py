@@ -87,6 +87,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         "bench": fam.bench,
         **({"default_variant": fam.default_variant} if fam.default_variant in ("all", *(v.name for v in variants)) else {}),
         **({"baselines": list(fam.baselines)} if fam.baselines else {}),
+        **({"forms": list(fam.forms)} if fam.forms else {}),
         **({"exercise": exercise or fam.exercise} if exercise or fam.exercise else {}),
         **({"default_variant": exercise["variant"]} if exercise else {}),
         **({"values": fam.values} if fam.values else {}),

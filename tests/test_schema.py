@@ -71,6 +71,7 @@ CPP = '[variants.cpp]\ndevice = "cpu"\nsources = ["sum.cpp"]'
     ("exercise = true", 'exercise = "yes"', 'exercise = "yes": expected true, false or a table'),
     ("exercise = true", 'default_variant = "fastest"', 'default_variant = "fastest": not a variant; did you mean \'fast\'?'),
     ('baselines = ["torch.sum"]', 'baselines = "torch.sum"', 'baselines = "torch.sum": expected a list of strings'),
+    ('forms = ["2-D",', 'forms = ["2D",', "forms: unknown form '2D'; did you mean '2-D'?"),
 ])
 def test_a_task_toml_mistake_is_one_line_naming_the_file_and_the_key(kplay, tmp_path, old, new_text, says):
     folder = sum_copy(tmp_path, old, new_text)
