@@ -40,7 +40,8 @@ def test_run_sum_json_matches_the_table(kplay):
     r = json.loads(result.stdout)
     v = r["variants"][0]
     assert r["ok"] and r["sizes"] == {"n": 100_000} and v["check"]["ok"]
-    assert v["check"]["cases"][-3:] == ["n=100000", "n=100000 probed", "n=100000 reused"] and "n=1025" in v["check"]["cases"]
+    assert v["check"]["cases"][-6:] == [
+        "n=100000", *(f"n=100000 {form}" for form in ("2-D", "strided", "misaligned", "probed", "reused"))] and "n=1025" in v["check"]["cases"]
     assert v["time"]["samples"] >= 30 and v["time"]["q1_s"] <= v["time"]["median_s"] <= v["time"]["q3_s"]
     assert v["gbps"] == pytest.approx(100_000 * 4 / v["time"]["median_s"] / 1e9)
     assert v["speedup"] == pytest.approx(r["baselines"]["torch.sum"]["time"]["median_s"] / v["time"]["median_s"])
