@@ -103,6 +103,8 @@ def test_start_check_hint_fix_check(kplay, tmp_path):
     assert exercise.score(rec) == f"all 16 cases passed · {rec['speedup']:.2f}× torch.sum"
 
 
+@pytest.mark.nvcc
+@pytest.mark.slow  # the lltm/cuda starter's compile: test_every_built_in_starter_compiles[lltm/cuda] builds it too
 def test_start_with_a_family_name_alone_takes_its_first_marked_variant(kplay, tmp_path):
     """lltm's default variant is "all": `kplay start lltm DIR` takes cuda, the variant with the regions."""
     assert kplay("start", "lltm", tmp_path / "me").exit_code == 0

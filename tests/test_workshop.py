@@ -349,6 +349,7 @@ def test_an_ejected_cuda_rung_passes_from_its_folder(kplay, tmp_path):
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # -m "not slow": test_resources maps an nvcc error to the student's .cu file
 def test_an_ejected_cuda_rung_compiles_from_its_folder_and_a_header_error_points_at_it(kplay, tmp_path):
     """ladder.cuh travels with the rung; nvcc's `file(line): error` in it names the header and its line."""
     from playground import registry
