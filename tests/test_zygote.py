@@ -15,14 +15,23 @@ from playground import isolate, request
 from playground.errors import KernelCrash
 from test_workshop import _ours
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork from a zygote: Linux only"),
-              pytest.mark.usefixtures("cold")]  # each test starts its own warm worker, or none
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork from a zygote: Linux only")
+own_zygote = pytest.mark.usefixtures("cold")  # not the session's warm worker (conftest): the test starts its own, or none
 
 
 def sum_run(target="sum", **kw):
     return isolate.run(request.make(str(target), device="cpu", sizes={"n": "100"}, skip_baselines=["torch.sum"], **kw))
 
 
+def test_the_child_sees_kplays_environment_at_each_run(monkeypatch, tmp_path):
+    with isolate.warm():  # the session's warm worker (first here: the others end it)
+        assert sum_run()["ok"]
+        monkeypatch.setenv("KPLAY_CACHE", str(tmp_path / "later"))  # set after the zygote started
+        r = sum_run()
+    assert not r["variants"][0]["build"]["cached"] and (tmp_path / "later").is_dir()
+
+
+@own_zygote
 def test_warm_runs_fork_from_one_process_and_give_the_same_record(monkeypatch):
     cold = sum_run()
     started = []
@@ -34,6 +43,7 @@ def test_warm_runs_fork_from_one_process_and_give_the_same_record(monkeypatch):
     assert all(r["ok"] and r["variants"][0]["check"] == cold["variants"][0]["check"] for r in warm)
 
 
+@own_zygote
 def test_a_crash_or_a_hang_costs_only_its_child(wrong_kernel):
     with isolate.warm() as zygote:
         with pytest.raises(KernelCrash, match="segmentation fault while checking cpp"):
@@ -44,6 +54,7 @@ def test_a_crash_or_a_hang_costs_only_its_child(wrong_kernel):
     assert zygote.proc.poll() is not None  # and gone with the block
 
 
+@own_zygote
 def test_a_zygote_that_died_falls_back_to_a_fresh_worker():
     with isolate.warm() as zygote:
         zygote.proc.kill()
@@ -51,15 +62,8 @@ def test_a_zygote_that_died_falls_back_to_a_fresh_worker():
         assert sum_run()["ok"]
 
 
-def test_the_child_sees_kplays_environment_at_each_run(monkeypatch, tmp_path):
-    with isolate.warm():
-        assert sum_run()["ok"]
-        monkeypatch.setenv("KPLAY_CACHE", str(tmp_path / "later"))  # set after the zygote started
-        r = sum_run()
-    assert not r["variants"][0]["build"]["cached"] and (tmp_path / "later").is_dir()
-
-
 @pytest.mark.slow
+@own_zygote
 def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_path):
     folder, cache = wrong_kernel("sum", "sum_hang.cpp"), tmp_path / "cache"
     script = textwrap.dedent(f"""
@@ -82,6 +86,7 @@ def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_pa
     assert not _ours(cache), "left running"
 
 
+@own_zygote
 def test_a_reused_pid_does_not_inherit_an_earlier_childs_exit(wrong_kernel, tmp_path, monkeypatch):
     """The zygote reports each child's exit by pid; a pid the system hands out again must not find the old
     status, or a hanging kernel's timeout would never kill it."""
