@@ -8,6 +8,7 @@ inputs come back unchanged. Messages name the student's files, not the build cac
 from __future__ import annotations
 
 import dataclasses
+import mmap
 import re
 from dataclasses import dataclass, field
 
@@ -109,10 +110,12 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
     spec's own verdicts (gradcheck): the merged Check, what the requested size printed, those verdicts."""
     checks, shown, main_label = [], "", case_label(fam, req.sizes)
     try:
-        for label, make in _cases(spec, fam, req, main, dtype, device):
-            on_event(events.CHECK, variant=name, case=label)
-            check, stdout = _one(spec, ops, name, make(), dtype, label)
-            checks.append(check)
+        for label, make, test_size in _cases(spec, fam, req, main, dtype, device):
+            guarded = test_size and device == "cpu" and req.read_only
+            on_event(events.CHECK, variant=name, case=label, read_only=guarded)
+            with Guarded(make(), guarded) as zones:
+                check, stdout = _one(spec, ops, name, zones.inputs, dtype, label)
+            checks.append(check.failing([f"{label}: {zones.overrun}"]) if zones.overrun else check)
             shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
         if "values" not in req.sizes:
             on_event(events.CHECK, variant=name, case=main_label + " reused")
@@ -163,18 +166,77 @@ def case_label(fam, sizes: dict) -> str:
 
 
 def _cases(spec, fam, req, main, dtype, device):
-    """(label, inputs maker): each test size, the requested size (inputs `main`), and its probe if the spec has one."""
+    """(label, inputs maker, is a test size): each test size, the requested size (inputs `main`) in each of the
+    family's forms, and its probe if the spec has one."""
     import torch
 
     for test in ([] if "values" in req.sizes else fam.test_sizes):
         sizes = {**req.sizes, **test}
-        yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed)
-    yield case_label(fam, req.sizes), lambda: main
+        yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed), True
+    yield case_label(fam, req.sizes), lambda: main, False
     for form in () if "values" in req.sizes else fam.forms:  # the same values, laid out another way
         if (inputs := _in_form(main, form)) is not None:
-            yield f"{case_label(fam, req.sizes)} {form}", lambda inputs=inputs: inputs
+            yield f"{case_label(fam, req.sizes)} {form}", lambda inputs=inputs: inputs, False
     if spec.probe and "values" not in req.sizes:  # the same size, changed where each element's position matters
-        yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, torch.Generator().manual_seed(req.seed + 1))
+        gen = torch.Generator().manual_seed(req.seed + 1)
+        yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, gen), False
+
+
+GUARD = 1024  # poisoned elements either side of each input at the test sizes
+PROT_READ, PROT_WRITE = 1, 2
+
+
+class Guarded:
+    """The inputs (CPU, a test size) each in memory of its own between two guard zones of poison, all of its
+    pages read-only while the kernel runs: a read past the end takes the poison (NaN, or an int's extreme),
+    a write past the end is named (`overrun`), and a write to the input faults, even one it undoes after."""
+
+    def __init__(self, inputs, active: bool = True):
+        self.inputs, self.overrun, self._zones, self.active = inputs, "", [], active
+
+    def __enter__(self):
+        import torch
+
+        if not self.active:
+            return self
+        out = []
+        for x in self.inputs:
+            if not isinstance(x, torch.Tensor) or not x.numel():
+                out.append(x)
+                continue
+            poison = float("nan") if x.is_floating_point() else torch.iinfo(x.dtype).min
+            size = -(-(x.numel() + 2 * GUARD) * x.element_size() // mmap.PAGESIZE) * mmap.PAGESIZE
+            memory = mmap.mmap(-1, size)
+            whole = torch.frombuffer(memory, dtype=x.dtype)
+            whole.fill_(poison)
+            whole[GUARD:GUARD + x.numel()] = x.flatten()
+            self._zones.append((memory, whole, x.numel(), poison))
+            out.append(whole[GUARD:GUARD + x.numel()].view(x.shape))
+        self.inputs = tuple(out)
+        self._protect(PROT_READ)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        if not self.active:
+            return False
+        self._protect(PROT_READ | PROT_WRITE)
+        for k, (_, whole, n, poison) in enumerate(self._zones):
+            zones = torch.cat([whole[:GUARD], whole[GUARD + n:]])
+            if not (zones.isnan().all() if zones.is_floating_point() else (zones == poison).all()):
+                self.overrun = f"input {k}: the kernel wrote past its end (or before its start)"
+        return False
+
+    def _protect(self, prot: int) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        for memory, *_ in self._zones:
+            address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+            if libc.mprotect(address, len(memory), prot) != 0:
+                raise OSError(ctypes.get_errno(), "mprotect failed")
 
 
 def _in_form(inputs, form: str):

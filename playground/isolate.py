@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -57,10 +58,29 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
     if reply.get("timeout"):
         raise KernelCrash(f"timed out after {request.timeout:g} s {phase}: the kernel may never finish (--timeout to allow more)")
     code = child.returncode
+    if code == -signal.SIGSEGV and phase.endswith(READ_ONLY):
+        _wrote_its_input(request, phase.removesuffix(READ_ONLY))
     what = SIGNALS.get(-code, f"signal {-code}") if code < 0 else f"exit code {code}"
-    crash = KernelCrash(f"kernel crashed: {what} {phase}")
+    crash = KernelCrash(f"kernel crashed: {what} {phase.removesuffix(READ_ONLY)}")
     crash.details = tail
     raise crash
+
+
+READ_ONLY = " (its input read-only)"  # a phase whose inputs a write faults on (check.Guarded)
+
+
+def _wrote_its_input(request: Request, phase: str) -> None:
+    """A segfault where the input was read-only: the same run in writable memory tells a write to the input
+    (restored or not) from another fault. Raises the KernelCrash that names it; returns if it was another fault."""
+    try:
+        run(dataclasses.replace(request, read_only=False))
+    except KernelCrash as again:
+        if "segmentation fault" in str(again):
+            return
+    except KplayError:
+        pass
+    raise KernelCrash(f"the kernel wrote to its input {phase}: the test sizes' inputs "
+                      "are read-only, and a write faults even if the kernel puts the values back")
 
 
 def _let_finish(child) -> None:
@@ -262,6 +282,7 @@ def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> t
                 phase = f"while building {message['variant']}"
             elif event == events.CHECK:
                 phase = f"while checking {message['variant']} at {message['case']}"
+                phase += READ_ONLY if message.get("read_only") else ""
             elif event == events.PHASE and message["phase"] in ("time", "profile"):
                 phase = "while timing" if message["phase"] == "time" else "while profiling"
             if event in (events.PHASE, events.CHECK) and deadline is None:

@@ -49,6 +49,7 @@ class Request:
     given_params: tuple[str, ...] = ()  # the parameters the user set (a warning if no chosen variant uses one)
     lineinfo: bool = False  # a sanitized run (every CUDA build has -lineinfo: its findings have file and line)
     mode: str = "run"  # run; profile (torch.profiler around one call); nvtx (that call in an NVTX range, for ncu)
+    read_only: bool = True  # on the CPU, the test sizes' inputs are read-only (a write faults); off for a rerun
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
