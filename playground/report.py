@@ -81,8 +81,8 @@ def _table(shape: Shape, first: str, lead: tuple[str, ...] = ()) -> Table:
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False)
     for header in (*lead, first):
         table.add_column(header, no_wrap=True)
-    for header, justify in _headers(shape):
-        table.add_column(header, justify=justify, no_wrap=True)
+    for header, justify in _headers(shape):  # PASS or FAIL is never cut, however narrow the terminal
+        table.add_column(header, justify=justify, no_wrap=True, min_width=4 if header == "check" else None)
     return table
 
 

@@ -106,6 +106,15 @@ def test_gpu_runs_with_their_kernel_lines_fit_80_columns(args):
     assert "…" not in result.output and "occupancy" in result.output
 
 
+def test_the_verdict_is_never_cut_in_a_narrow_terminal():
+    from cli import app
+
+    result = CliRunner().invoke(app, ["run", "sum", "--device", "cpu", "--n", "1e3"],
+                                env={"COLUMNS": "40", "NO_COLOR": "1", "TERM": "dumb"})
+    row = next(line for line in result.output.splitlines() if line.startswith(("cpp ", "cpp\u2026")))
+    assert result.exit_code == 0 and " PASS " in row and result.output.rstrip().endswith("PASS"), result.output
+
+
 SNIPPETS = sorted(p for p in (ROOT / "snippets").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
