@@ -67,7 +67,8 @@ Sizes = Annotated[Optional[list[str]], typer.Option("--size", help="A size NAME=
 Dev = Annotated[Device, typer.Option(help="auto picks cuda when a GPU is there.")]
 Dtype = Annotated[Optional[str], typer.Option(help="float32, float64, int32, ... (the kernel's first by default).")]
 Seed = Annotated[int, typer.Option(help="Seed for the inputs.")]
-Timeout = Annotated[float, typer.Option(help="Seconds the kernel may run (builds excluded).")]
+Timeout = Annotated[float, typer.Option(help="Seconds one call of the kernel may take, from its launch to its end "
+                                               "(a check's case with its reference; builds excluded).")]
 Baselines = Annotated[Optional[list[str]], typer.Option("--baseline", help="Time against this baseline only (repeatable).")]
 Skip = Annotated[Optional[list[str]], typer.Option("--skip-baseline", help="Do not time this baseline (repeatable).")]
 Sanitize = Annotated[Optional[str], typer.Option(metavar="TOOL", show_default=False,

@@ -109,18 +109,19 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
     """Every case (_cases), on poisoned memory, in order, then the requested size in reused memory, then the
     spec's own verdicts (gradcheck): the merged Check, what the requested size printed, those verdicts."""
     checks, shown, main_label = [], "", case_label(fam, req.sizes)
+    alive = lambda: on_event(events.ALIVE)
     try:
         for label, make, test_size in _cases(spec, fam, req, main, dtype, device):
             guarded = test_size and device == "cpu" and req.read_only
             on_event(events.CHECK, variant=name, case=label, read_only=guarded)
             with Guarded(make(), guarded) as zones:
-                check, stdout = _one(spec, ops, name, zones.inputs, dtype, label)
+                check, stdout = _one(spec, ops, name, zones.inputs, dtype, label, alive)
             checks.append(check.failing([f"{label}: {zones.overrun}"]) if zones.overrun else check)
             shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
         if "values" not in req.sizes:
             on_event(events.CHECK, variant=name, case=main_label + " reused")
             main_ok = all(c.ok for c in checks if c.cases == [main_label])  # fresh memory, this size
-            reused = _reused(spec, ops, name, main, dtype, main_label, fresh_ok=main_ok)
+            reused = _reused(spec, ops, name, main, dtype, main_label, main_ok, alive)
             checks += [reused] if reused else []
     except KernelCrash as e:
         raise KernelCrash(in_sources(str(e), fam, fam.variants[name])) from None
@@ -133,7 +134,7 @@ REUSED = ("the same memory with new values gave a wrong answer: a result kept fr
           "(cached by its pointer, or by a sample of its values), or work still running on another stream?")
 
 
-def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool) -> Check | None:
+def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool, alive) -> Check | None:
     """The requested size in memory the kernel has seen before, its floating-point values negated in place
     (the first and the last kept): a result cached by pointer, or by a hash of a few elements, is stale
     here and fails, with the likely causes first where the same size passed in fresh memory (`fresh_ok`).
@@ -146,6 +147,7 @@ def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool) -> Check | N
     if not floats or spec.from_stdout:
         return None
     case = label + " reused"
+    alive()
     try:
         spec.call(ops, variant, *inputs)  # what a cache would keep
     except WrongOutput as e:
@@ -154,7 +156,7 @@ def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool) -> Check | N
         raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
     for x in floats:  # in place: the same pointer, the same first and last elements
         x.view(-1)[1:-1].neg_()
-    check, _ = _one(spec, ops, variant, inputs, dtype, case)
+    check, _ = _one(spec, ops, variant, inputs, dtype, case, alive)
     if check.ok or not fresh_ok:
         return check
     return dataclasses.replace(check, mismatches=[f"{case}: {REUSED}", *check.mismatches])
@@ -281,8 +283,9 @@ def make_inputs(spec, sizes, dtype, device, seed):
         raise
 
 
-def _one(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, str]:
-    """Run the variant once on poisoned memory and compare; the input must come back unchanged."""
+def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None) -> tuple[Check, str]:
+    """Run the variant once on poisoned memory and compare; the input must come back unchanged. alive() is
+    called just before the call: --timeout bounds the call, not the reference's time before it."""
     import torch
 
     from .capture import stdout_fd
@@ -293,6 +296,7 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str) -> tuple[Check, str]
     if spec.output_like:
         _poison(spec.output_like(*inputs))
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+    alive()
     try:
         with stdout_fd() as printed:
             made = spec.call(ops, variant, *inputs)

@@ -4,6 +4,7 @@ BUILD_START = "build_start"  # variant: a compile begins
 BUILD_DONE = "build_done"  # variant, seconds, cached
 PHASE = "phase"  # phase: "check" or "time"
 CHECK = "check"  # variant, case: one size being checked
+ALIVE = "alive"  # (nothing): a timed call finished, at most a few times a second; --timeout counts from it
 WARNING = "warning"  # message: something the user should know, shown as one line
 
 

@@ -56,7 +56,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         error.details = err.get("details", [])
         raise error
     if reply.get("timeout"):
-        raise KernelCrash(f"timed out after {request.timeout:g} s {phase}: the kernel may never finish (--timeout to allow more)")
+        raise KernelCrash(f"timed out {phase}: a call of the kernel took over {request.timeout:g} s, and may never "
+                          "finish (--timeout allows more)")
     code = child.returncode
     if code == -signal.SIGSEGV and phase.endswith(READ_ONLY):
         _wrote_its_input(request, phase.removesuffix(READ_ONLY))
@@ -285,6 +286,7 @@ def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> t
                 phase += READ_ONLY if message.get("read_only") else ""
             elif event == events.PHASE and message["phase"] in ("time", "profile"):
                 phase = "while timing" if message["phase"] == "time" else "while profiling"
-            if event in (events.PHASE, events.CHECK) and deadline is None:
+            if event in (events.PHASE, events.CHECK, events.ALIVE):  # --timeout bounds one call of the kernel
                 deadline = time.monotonic() + timeout
-            on_event(event, **message)
+            if event != events.ALIVE:
+                on_event(event, **message)

@@ -64,11 +64,11 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
                                              extra=extra, kernels=kernels))
     if fam.bench and req.bench:
         on_event(events.PHASE, phase="time")
-        _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype)
+        _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype, on_event)
     return result
 
 
-def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype) -> None:
+def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype, on_event=events.ignore) -> None:
     """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
     fill in the rates and the speedups."""
     import torch
@@ -79,12 +79,13 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype)
     device = result.device
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
     flops = spec.flops(req.sizes) if spec.flops else 0
-    pool = trust.pool(spec, req, main, dtype, device, nbytes, _contenders(spec, ops, baselines, main))
+    alive = _heartbeat(on_event)
+    pool = trust.pool(spec, req, main, dtype, device, nbytes, _contenders(spec, ops, baselines, main), alive)
     steps = {("variant", v): [spec.timings(spec.function(ops[v], v), x) for x in pool] for v in ops}
     steps |= {("baseline", b): [spec.timings(fn, x) for x in pool] for b, fn in baselines.items()}
     fns = {(*who, label): [s[label] for s in each] for who, each in steps.items() for label in each[0]}
-    outputs = trust.TimedOutputs(spec, pool, dtype)
-    stats, walls = _bench(spec, req, fns, device, outputs.observe)
+    outputs = trust.TimedOutputs(spec, pool, dtype, alive)
+    stats, walls = _bench(spec, req, fns, device, lambda *seen: (outputs.observe(*seen), alive()))
     result.traffic, result.flops = nbytes or None, flops or None
     result.copy_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
     result.inputs_timed = len(pool)
@@ -135,10 +136,25 @@ def _bench(spec, req, fns: dict, device: str, observe) -> tuple[dict, dict]:
 
     try:
         stats = bench(fns, device, budget_s=req.budget_s, warm=spec.wall_clock, observe=observe)
-        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True) if device == "cuda" and spec.wall_clock else {}
+        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True,
+                      observe=observe) if device == "cuda" and spec.wall_clock else {}
     except Exception as e:  # a kernel that passed the check and fails when timed
         raise KernelCrash(f"{req.family} failed while timing: {first_line(e)}") from None
     return stats, walls
+
+
+def _heartbeat(on_event, every_s: float = 0.25):
+    """events.ALIVE after a timed call, at most every `every_s`: --timeout then bounds one call, not the timing."""
+    import time
+
+    last = [time.monotonic()]
+
+    def beat(*_):
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            on_event(events.ALIVE)
+
+    return beat
 
 
 def _contenders(spec, ops: dict, baselines: dict, inputs) -> int:

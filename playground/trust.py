@@ -15,7 +15,7 @@ POOL_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 POOL_MAX = 8  # but there are never more than this many (each costs a make_inputs and a reference)
 
 
-def pool(spec, req, main, dtype, device, nbytes, contenders: int) -> list:
+def pool(spec, req, main, dtype, device, nbytes, contenders: int, alive=lambda: None) -> list:
     """The inputs the timed calls take turns on: `main` and more seeded ones, so that no two consecutive calls
     see the same pointer or the same data (a result cached by pointer or by content does not pay). Their
     count does not divide the contenders' (see timing._turns), and takes a quarter of the free memory at most."""
@@ -23,7 +23,11 @@ def pool(spec, req, main, dtype, device, nbytes, contenders: int) -> list:
     want = max(3, min(POOL_MAX, -(-target // max(nbytes, 1))))
     want = next(k for k in range(want, want + contenders + 1) if contenders % k)
     count = max(1, min(want, _free_bytes(device) // 4 // max(nbytes, 1)))
-    return [main, *(make_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k) for k in range(1, count))]
+    made = [main]
+    for k in range(1, count):
+        made.append(make_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k))
+        alive()  # each input takes a while at 1e8: --timeout bounds a call, not this
+    return made
 
 
 def _last_level_cache() -> int:
@@ -74,9 +78,11 @@ class TimedOutputs:
     (no sync inside the loop) and judged after it: a result cached from another call, or work still running
     when the output was read, fails."""
 
-    def __init__(self, spec, pool: list, dtype):
-        self.names = spec.outputs
-        self.expected = [(spec.reference(*x), as_tuple(spec.tolerance(*x, dtype)[0])) for x in pool]
+    def __init__(self, spec, pool: list, dtype, alive=lambda: None):
+        self.names, self.expected = spec.outputs, []
+        for x in pool:
+            self.expected.append((spec.reference(*x), as_tuple(spec.tolerance(*x, dtype)[0])))
+            alive()
         self.seen: dict = {}  # (variant, step) -> [(input k, deviation)]
 
     def observe(self, key: tuple, k: int, out) -> None:

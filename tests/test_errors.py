@@ -50,3 +50,9 @@ def test_a_broken_family_is_one_line_and_exit_2(kplay, tmp_path, how, says):
     assert says in result.stderr and "Traceback" not in result.output
     if how == "reference-raises":
         assert "reference raised ValueError: oops" in result.stderr
+
+
+def test_timeout_bounds_one_call_of_the_kernel_not_the_whole_run(kplay):
+    """Every case and every timed call here takes far under a second; the whole run takes several."""
+    result = kplay("run", "sum", "--device", "cpu", "--n", "1e7", "--timeout", "1")
+    assert result.exit_code == 0, result.output
