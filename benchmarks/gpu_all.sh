@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-par + tests-serial, each under 10 minutes) notebook watch ladder sum linear lltm lltm-cli
+#     steps: tests (or tests-par + tests-serial, each under 10 minutes) notebook watch ladder sum linear lltm lltm-cli lltm-small
 #            rebuild sweeps insight cheats nvbench nvbench-gap timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
@@ -35,6 +35,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         linear) step linear-gpu 120 python3 benchmarks/linear_gpu.py --out $R ;;
         lltm) step lltm-gpu 240 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
+        lltm-small) step lltm-small 90 python3 cli.py run lltm --device cuda --variant all ;;
         watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --edits 3 --device cuda --variant fast --file sum_fast.cu ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         sweeps) OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh ;;
