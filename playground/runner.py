@@ -71,8 +71,6 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
 def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype, on_event=events.ignore) -> None:
     """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
     fill in the rates and the speedups."""
-    import torch
-
     from .device import peaks
     from .timing import copy_bandwidth
 
@@ -100,15 +98,22 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     result.baselines = {who.name: who for key, who in contenders if key[0] == "baseline"}
     for key, who in contenders:
         who.compare(result.baselines)
-    major = torch.cuda.get_device_capability()[0] if device == "cuda" else None
+    _judge(spec, result, outputs, peak)
+    if device == "cuda":
+        launches(result, {who: each[0] for who, each in steps.items()})  # the steps on the requested input
+
+
+def _judge(spec, result: RunResult, outputs, peak) -> None:
+    """What the timer saw fails the check where it cannot be trusted (trust.py)."""
+    import torch
+
+    major = torch.cuda.get_device_capability()[0] if result.device == "cuda" else None
     for v in result.variants:
         found = [*outputs.findings(v.variant, v.timings), *trust.unseen_work(v.timings),
-                 *([] if spec.wall_clock else trust.impossible(v, peak, major, req.dtype))]  # warm, unflushed: the L2 may serve it
+                 *([] if spec.wall_clock else trust.impossible(v, peak, major, result.dtype))]  # warm: the L2 may serve it
         if found:
             v.untrusted = v.check.ok
             v.check = v.check.failing(found)
-    if device == "cuda":
-        launches(result, {who: each[0] for who, each in steps.items()})  # the steps on the requested input
 
 
 def launches(result: RunResult, steps: dict) -> None:

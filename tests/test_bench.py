@@ -105,7 +105,9 @@ def test_json_is_one_run_record_per_size(swept):
     for r in records:
         v = r["variants"][0]
         assert r["ok"] and r["family"] == "sum" and r["device"] == "cpu" and v["variant"] == "cpp"
-        assert v["check"]["cases"][-3:] == [f"n={r['sizes']['n']}", f"n={r['sizes']['n']} probed", f"n={r['sizes']['n']} reused"]
+        n = r["sizes"]["n"]
+        assert v["check"]["cases"][-6:] == [f"n={n}", *(f"n={n} {form}" for form in ("2-D", "strided", "misaligned",
+                                                                                     "probed", "reused"))]
         assert v["time"]["samples"] >= 30
         assert v["gbps"] == pytest.approx(r["sizes"]["n"] * 4 / v["time"]["median_s"] / 1e9)
         assert v["speedup"] == pytest.approx(r["baselines"]["torch.sum"]["time"]["median_s"] / v["time"]["median_s"])
