@@ -148,7 +148,7 @@ def test_a_race_is_shown_at_the_student_s_file_and_line(kplay, tmp_path):
     entry = next(e for e in tomllib.loads((Path(__file__).parent / "wrong/sum/wrong.toml").read_text())["wrong"]
                  if e.get("name") == "tree_warp_race")
     assert "sum" in FAMILIES
-    folder = wrong_folder(tmp_path, "sum", entry)
+    folder = wrong_folder(tmp_path / "sum", "sum", entry)
     result = kplay("run", folder, "--device", "cuda", "--sanitize", "racecheck", "--n", "1e5", "--json")
     assert result.exit_code == 1, result.output
     r = json.loads(result.output[result.output.index("{"):])
