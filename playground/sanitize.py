@@ -8,6 +8,7 @@ are none, and was never seen with some), and only the findings in the variant's 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -160,15 +161,19 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
     argv = [executable(), "--tool", tool, "--target-processes", "application-only", "--print-limit", str(PRINT_LIMIT),
             "--show-backtrace", "device"]
     log = cache_dir() / "sanitize" / f"{req.family}-{tool}.log"
+    own = log.with_suffix(f".{os.getpid()}.log")  # this run's until it is read: another run at once writes its own
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.unlink(missing_ok=True)
     crash = None
     try:
-        result = isolate.run(req, on_event, under=[*argv, "--log-file", str(log)],
+        result = isolate.run(req, on_event, under=[*argv, "--log-file", str(own)],
                              env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
     except KernelCrash as e:  # memcheck's finding may end the kernel: "unspecified launch failure"
         result, crash = None, e
-    text = log.read_text(errors="replace") if log.exists() else ""
+    text = own.read_text(errors="replace") if own.exists() else ""
+    if own.exists():  # kept under the name the report gives
+        os.replace(own, log)
+    else:
+        log.unlink(missing_ok=True)
     fam = req.load_family()
     found = record(tool, text, fam, fam.pick_variants("cuda", req.variant), str(log))
     if crash and not found["findings"]:  # the tool's own complaint, if it had one (no driver, no device)
