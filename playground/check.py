@@ -177,8 +177,8 @@ def _cases(spec, fam, req, main, dtype, device):
         yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed), True
     yield case_label(fam, req.sizes), lambda: main, False
     for form in () if "values" in req.sizes else fam.forms:  # the same values, laid out another way
-        if (inputs := _in_form(main, form)) is not None:
-            yield f"{case_label(fam, req.sizes)} {form}", lambda inputs=inputs: inputs, False
+        if form != "2-D" or _rows(main):  # made when its case runs: one form's copy in memory at a time
+            yield f"{case_label(fam, req.sizes)} {form}", lambda form=form: _in_form(main, form), False
     if spec.probe and "values" not in req.sizes:  # the same size, changed where each element's position matters
         gen = torch.Generator().manual_seed(req.seed + 1)
         yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, gen), False
@@ -251,8 +251,7 @@ def _in_form(inputs, form: str):
         if not isinstance(x, torch.Tensor) or x.dim() == 0:
             return x
         if form == "2-D":
-            rows = next((k for k in (4, 3, 2) if x.dim() == 1 and x.numel() % k == 0 and x.numel() > k), None)
-            return None if rows is None else x.reshape(rows, -1)
+            return None if _rows((x,)) is None else x.reshape(_rows((x,)), -1)
         if form == "strided":
             wide = torch.full((*x.shape[:-1], 2 * x.shape[-1]), float("nan") if x.is_floating_point() else -1,
                               dtype=x.dtype, device=x.device)
@@ -264,6 +263,14 @@ def _in_form(inputs, form: str):
 
     out = tuple(laid_out(x) for x in inputs)
     return None if any(o is None for o in out) else out
+
+
+def _rows(inputs) -> int | None:
+    """The rows a 2-D form of the first tensor input has (a 1-D one of n = rows·m elements), or None."""
+    import torch
+
+    x = next((x for x in inputs if isinstance(x, torch.Tensor) and x.dim()), None)
+    return next((k for k in (4, 3, 2) if x is not None and x.dim() == 1 and x.numel() % k == 0 and x.numel() > k), None)
 
 
 def make_inputs(spec, sizes, dtype, device, seed):

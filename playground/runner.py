@@ -65,6 +65,9 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     if fam.bench and req.bench:
         on_event(events.PHASE, phase="time")
         _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype, on_event)
+    if device == "cuda":  # the GPU may be shared: what this run cached goes back to it (playground.run in a loop)
+        del main
+        torch.cuda.empty_cache()
     return result
 
 

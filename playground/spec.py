@@ -103,6 +103,8 @@ def _own(path, hook: str, fn: Callable | None) -> Callable | None:
         except UsageError:
             raise
         except Exception as e:
+            if "out of memory" in str(e).lower():  # the machine's limit, not the spec's mistake
+                raise
             raise _broken(path, e, hook) from e
 
     return guarded
