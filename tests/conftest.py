@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WRONG = Path(__file__).resolve().parent / "wrong"
 REPORT_S = 10  # an unmarked test (setup, call and teardown) longer than this is listed at the end
 FAIL_S = 30  # and one longer than this fails the run: mark it `slow`, or make it faster
+EXEMPT = ("slow", "cuda")  # marks that take a test out of both: the GPU box's -m cuda is not the 2-core loop
 
 
 def gpu() -> bool:
@@ -88,11 +89,11 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_durations: dict[str, list] = {}  # nodeid -> [seconds, marked slow], summed over setup, call and teardown
+_durations: dict[str, list] = {}  # nodeid -> [seconds, marked], summed over setup, call and teardown
 
 
 def pytest_runtest_logreport(report):
-    seen = _durations.setdefault(report.nodeid, [0.0, "slow" in report.keywords])
+    seen = _durations.setdefault(report.nodeid, [0.0, any(m in report.keywords for m in EXEMPT)])
     seen[0] += report.duration
 
 
