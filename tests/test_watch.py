@@ -114,6 +114,7 @@ def settle(lines, quiet=5.0, most=90.0):
             pass
 
 
+@pytest.mark.slow  # -m "not slow": the loop test above runs watch's loop, the bad-folder tests the command
 def test_watch_reruns_on_a_save_and_ctrl_c_exits_0(ejected, tmp_path):
     """The real command: watchfiles sees the touch, a second run follows; SIGINT ends it with exit 0. The child
     starts with SIGINT ignored, as a non-interactive shell leaves it for a job it puts in the background (CI):

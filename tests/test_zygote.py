@@ -86,6 +86,7 @@ def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_pa
     assert not _ours(cache), "left running"
 
 
+@pytest.mark.slow  # a table of every pid the system has (4M) and a kernel that hangs
 @own_zygote
 def test_a_reused_pid_does_not_inherit_an_earlier_childs_exit(wrong_kernel, tmp_path, monkeypatch):
     """The zygote reports each child's exit by pid; a pid the system hands out again must not find the old
