@@ -650,7 +650,7 @@ Student = Annotated[Optional[str], typer.Option("--name", help="The student's na
 @app.command()
 @friendly
 def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)],
-          device: Dev = Device.auto, name: Student = None, json_: Json = False):
+          device: Dev = Device.auto, name: Student = None, timeout: Timeout = 120.0, json_: Json = False):
     """Grade an exercise: the check at every test size and the main size, then the time against the reference.
 
     Exit code: the run's (0 passed, 1 check failed, 2 usage error, 3 build error, 4 crash).
@@ -658,7 +658,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
     from playground import exercise
 
     with _progress() as on_event:
-        rec = exercise.grade(folder, device.value, name, on_event)
+        rec = exercise.grade(folder, device.value, name, on_event, timeout)
     if json_:
         print(json.dumps(rec, indent=2))
         raise typer.Exit(rec["exit_code"])

@@ -106,12 +106,12 @@ def student(folder: Path) -> str:
         return getpass.getuser()
 
 
-def grade(folder: Path, device: str, name: str | None, on_event) -> dict:
+def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0) -> dict:
     """Run the folder's variant through the child (`kplay run`'s path) and score it; a build error or crash scores 0."""
     from . import isolate, request
 
     ex = table(folder)
-    req = request.make(str(folder.resolve()), device=device, variant=ex["variant"], bench=True)
+    req = request.make(str(folder.resolve()), device=device, variant=ex["variant"], bench=True, timeout=timeout)
     try:
         result, error = isolate.run(req, on_event), None
     except UsageError:

@@ -56,3 +56,10 @@ def test_timeout_bounds_one_call_of_the_kernel_not_the_whole_run(kplay):
     """Every case and every timed call here takes far under a second; the whole run takes several."""
     result = kplay("run", "sum", "--device", "cpu", "--n", "1e7", "--timeout", "1")
     assert result.exit_code == 0, result.output
+
+
+def test_check_takes_the_same_timeout_as_run(kplay, tmp_path):
+    assert kplay("start", "print_array/cpp", tmp_path / "me").exit_code == 0
+    result = kplay("check", tmp_path / "me", "--device", "cpu", "--timeout", "1e20")
+    assert result.exit_code == 2 and "--timeout 1e+20: give a number of seconds above 0, at most 86,400" in result.stderr
+    assert "one call of the kernel" in " ".join(kplay("check", "--help").output.split())
