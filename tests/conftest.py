@@ -1,5 +1,6 @@
 """Shared fixtures: a private build cache, the warm worker, CLI runner, the known-wrong kernels; the slow-test report."""
 
+import collections
 import contextlib
 import os
 import shutil
@@ -105,12 +106,18 @@ def _too_slow(config, limit: float) -> list[tuple[float, str]]:
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    listed = _too_slow(config, REPORT_S)
-    if not listed:
-        return
-    terminalreporter.section(f"unmarked tests over {REPORT_S} s (over {FAIL_S} s fails the run: mark it slow)")
-    for seconds, node in listed:
-        terminalreporter.line(f"{seconds:6.1f}s {'FAIL ' if seconds > FAIL_S else ''}{node}")
+    everything = _too_slow(config, 0.0)
+    listed = [(s, node) for s, node in everything if s > REPORT_S]
+    if listed:
+        terminalreporter.section(f"unmarked tests over {REPORT_S} s (over {FAIL_S} s fails the run: mark it slow)")
+        for seconds, node in listed:
+            terminalreporter.line(f"{seconds:6.1f}s {'FAIL ' if seconds > FAIL_S else ''}{node}")
+    files = collections.Counter()
+    for seconds, node in everything:
+        files[node.split("::")[0]] += seconds
+    if files:  # -m "not slow" has one budget in all (README): where it goes
+        most = ", ".join(f"{Path(f).name} {s:.0f} s" for f, s in files.most_common(3))
+        terminalreporter.line(f"unmarked tests: {sum(files.values()):.0f} s in all, the most in {most}")
 
 
 @pytest.fixture

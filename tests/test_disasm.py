@@ -193,6 +193,7 @@ def test_sass_groups_instructions_under_their_line_marks():
         (4, ["LDC R1, c[0x0][0x28]", "LDG.E.128.CONSTANT R4, desc[UR6][R28.64]", ".L_x_2:"]), (7, ["EXIT"])]
 
 
+@pytest.mark.slow  # two builds of a source of its own, for one edge: a clean in the same process
 def test_show_after_a_clean_in_the_same_process_builds_again(kplay, own_cache, tmp_path):
     """A library loads once per process; after `kplay clean` its folder is built again for `show` to read.
 

@@ -85,6 +85,7 @@ def test_a_crashing_kernel_is_exit_4_and_the_next_run_works(kplay, wrong_kernel,
     assert kplay("run", "sum", "--device", "cpu", "--n", "100", "--no-bench").exit_code == 0
 
 
+@pytest.mark.slow  # -m "not slow": test_zygote times a hanging kernel out, the crash tests give exit 4
 def test_a_hanging_kernel_times_out(kplay, wrong_kernel):
     folder = wrong_kernel("sum", "sum_hang.cpp")
     start = time.monotonic()

@@ -31,6 +31,7 @@ def test_the_child_sees_kplays_environment_at_each_run(monkeypatch, tmp_path):
     assert not r["variants"][0]["build"]["cached"] and (tmp_path / "later").is_dir()
 
 
+@pytest.mark.slow  # -m "not slow": every CLI test's run forks from the session's warm worker (conftest)
 @own_zygote
 def test_warm_runs_fork_from_one_process_and_give_the_same_record(monkeypatch):
     cold = sum_run()
