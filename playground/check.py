@@ -117,7 +117,7 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
             with Guarded(make(), guarded) as zones:
                 check, stdout = _one(spec, ops, name, zones.inputs, dtype, label, alive)
             checks.append(check.failing([f"{label}: {zones.overrun}"]) if zones.overrun else check)
-            shown = stdout if not label.endswith(" probed") else shown  # what the requested size printed
+            shown = stdout if label == main_label else shown  # what the requested size printed
         if "values" not in req.sizes:
             on_event(events.CHECK, variant=name, case=main_label + " reused")
             main_ok = all(c.ok for c in checks if c.cases == [main_label])  # fresh memory, this size
