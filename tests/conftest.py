@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 WRONG = Path(__file__).resolve().parent / "wrong"
 REPORT_S = 10  # an unmarked test (setup, call and teardown) longer than this is listed at the end
-FAIL_S = 30  # and one longer than this fails the run: mark it `slow`, or make it faster
+FAIL_S = 60  # and one longer than this fails the run: mark it `slow`, or make it faster. Not 30: the one-off
+# ATen header build (20-25 s here, 70 s beside another test run) falls on whichever test meets it first
 EXEMPT = ("slow", "cuda")  # marks that take a test out of both: the GPU box's -m cuda is not the 2-core loop
 
 
