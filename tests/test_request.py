@@ -9,7 +9,6 @@ import pytest
 from conftest import ROOT
 from playground import request, spec
 from playground.errors import UsageError
-from playground.registry import load_family
 
 
 def test_a_request_round_trips_through_json():
