@@ -77,6 +77,11 @@ def _child(sock, message: dict, fds: list[int]) -> None:
         worker.die_with_parent()
         os.environ.clear()
         os.environ.update(message["env"])
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:  # OpenMP read it when the zygote imported torch, as it was then
+            import torch
+
+            torch.set_num_threads(int(threads))
         os.chdir(message["cwd"])
         worker.serve(message["request"], os.fdopen(events, "w", buffering=1))
         code = 0

@@ -2,6 +2,7 @@
 that child, and the zygote and its children die with kplay."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,18 @@ def test_the_child_sees_kplays_environment_at_each_run(monkeypatch, tmp_path):
         monkeypatch.setenv("KPLAY_CACHE", str(tmp_path / "later"))  # set after the zygote started
         r = sum_run()
     assert not r["variants"][0]["build"]["cached"] and (tmp_path / "later").is_dir()
+
+
+def test_the_child_takes_the_thread_count_kplay_asks_for_now(monkeypatch, tmp_path):
+    """OMP_NUM_THREADS set after the zygote imported torch (whose OpenMP read it then) still holds in the child."""
+    folder = tmp_path / "sum"
+    shutil.copytree(ROOT / "snippets" / "sum", folder)
+    with open(folder / "spec.py", "a") as f:
+        f.write("\n\ndef extra(ops, variant, inputs):\n    return {'threads': str(torch.get_num_threads())}\n")
+    with isolate.warm():  # the session's warm worker, started before this test
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        r = sum_run(folder)
+    assert r["variants"][0]["extra"] == {"threads": "1"}
 
 
 @pytest.mark.slow  # -m "not slow": every CLI test's run forks from the session's warm worker (conftest)
