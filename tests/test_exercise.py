@@ -188,6 +188,7 @@ def test_print_arrays_starter_keeps_its_stub_and_fails_the_check_here(kplay, tmp
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # two nvcc builds; -m "not slow": test_disasm's --ptx, test_exercise's start and check
 def test_show_ptx_of_a_marked_rung_is_the_starters_code_unless_solution(kplay):
     def sources(*extra):
         result = kplay("show", "sum", "--variant", "shuffle", "--ptx", "--kernel", "<float>", "--json", *extra)

@@ -145,7 +145,8 @@ def test_checker_fails_wrong_layer_and_names_the_output(kplay, wrong_kernel, sou
     # Not square: autograd would refuse the shape in its own words; the spec says which gradient, and why.
     ("grad_weight_transposed.cpp", "linear_backward's grad_weight has shape (17, 1023); it must be shaped like weight, (1023, 17)"),
     # Seed 002's `return a, b, c;` declared as one tensor: the comma operator keeps only grad_bias.
-    ("comma_operator.cpp", "linear_backward returns 1 tensor; the backward needs 3 (grad_input, grad_weight, grad_bias)"),
+    pytest.param("comma_operator.cpp", "linear_backward returns 1 tensor; the backward needs 3 (grad_input, grad_weight, "
+                 "grad_bias)", marks=pytest.mark.slow),  # -m "not slow": test_wrong's linear/comma_operator
 ])
 def test_a_backward_of_the_wrong_count_or_shape_is_named_in_the_kernels_terms(kplay, wrong_kernel, source, message):
     result = kplay("run", wrong_kernel("linear", f"linear/{source}"), "--device", "cpu", "--no-bench")
@@ -229,7 +230,7 @@ def test_gradient_checks_fail_wrong_backward(bug, names):
 @pytest.mark.nvcc
 @pytest.mark.parametrize("variant, params", [
     pytest.param("cuda-naive", {}, marks=pytest.mark.slow),
-    ("cuda-tiled", {}),  # -m "not slow" compiles one
+    pytest.param("cuda-tiled", {}, marks=pytest.mark.slow),  # -m "not slow" compiles nvcc sources in test_sum_cuda
     pytest.param("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}, marks=pytest.mark.slow),
 ], ids=["naive", "tiled", "tiled-64x64"])
 def test_cuda_sources_compile(variant, params):

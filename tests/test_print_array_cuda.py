@@ -22,6 +22,7 @@ def ops():
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # -m "not slow" compiles nvcc sources in test_sum_cuda
 def test_compiles_and_registers_print_array():
     assert ops().print_array._schemas  # raises if the op was not registered
 
