@@ -44,6 +44,7 @@ from playground import build, registry
 f = registry.find('lltm')
 build.precompile(f, f.variants['cpp'])
 print(f'{time.perf_counter() - t:.1f}')"""
+_SETUP = pytest.StashKey[tuple]()  # the cache's folder and the precompiling process
 
 
 def pytest_configure(config):
@@ -53,7 +54,7 @@ def pytest_configure(config):
     os.environ["KPLAY_CACHE"] = str(path)
     for name in ("KPLAY_PATH", "KPLAY_DEBUG"):
         os.environ.pop(name, None)
-    # The ATen header (a one-off 15-20 s build, shared by every ATen source: lltm, linear) is precompiled in the
+    # The ATen header (a one-off 17-24 s build, shared by every ATen source: lltm, linear) is precompiled in the
     # background from the start, as a set-up step, not inside whichever test would meet it first.
     config.stash[_SETUP] = path, subprocess.Popen([sys.executable, "-c", PRECOMPILE], cwd=ROOT, text=True,
                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -68,11 +69,9 @@ def pytest_unconfigure(config):
         shutil.rmtree(path, ignore_errors=True)
 
 
-_SETUP = pytest.StashKey[tuple]()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def cache():
+    """The session's build cache, never the user's."""
     return Path(os.environ["KPLAY_CACHE"])
 
 
