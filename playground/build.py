@@ -96,19 +96,19 @@ def identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[st
     return name, args
 
 
-def _aten_header(args: dict, on_event, variant: Variant) -> list[str]:
-    """The flags that include the precompiled ATen header (made now if this cache has none), for a build's args."""
+def _precompiled(args: dict, on_event, variant: Variant) -> list[str]:
+    """The flags that include the precompiled headers (made now if this cache has none), for a build's args."""
     own = [f for f in args["extra_cflags"] if not f.startswith("-DKPLAY_NS=")]  # the build's flags, less its name
-    return pch.include_flags(args["cpp_sources"], own, on_event, variant.name)
+    return pch.include_flags(args["cpp_sources"], own, ENGINE_INCLUDE, on_event, variant.name)
 
 
 def precompile(family: Family, variant: Variant) -> bool:
-    """Make the precompiled ATen header a variant's build would use, without building it (a test session
-    does this first, in the background); False when the variant's sources use no ATen."""
+    """Make the precompiled headers a variant's build would use, without building it (a test session does this
+    first, in the background); False when its sources use none."""
     setup_env()
     _, args = identity(family, variant, render.sources(family, variant, {}))
     with cache_shared():
-        return bool(_aten_header(args, events.ignore, variant))
+        return bool(_precompiled(args, events.ignore, variant))
 
 
 def build(family: Family, variant: Variant, params: dict, on_event=events.ignore):
@@ -138,7 +138,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
             on_event(events.BUILD_START, variant=variant.name)
             shutil.rmtree(where, ignore_errors=True)  # a partial or corrupt entry: start clean
             (where / KEEP).mkdir(parents=True)  # nvcc's --keep-dir
-            args["extra_cflags"] += _aten_header(args, on_event, variant)
+            args["extra_cflags"] += _precompiled(args, on_event, variant)
             (where / COMPILER_LOG).write_text(_compile(name, where, args, family, variant))
             for f in (where / KEEP).glob("*"):  # of nvcc's intermediate files, only what `kplay show` reads
                 if f.suffix not in (".ptx", ".cubin"):

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import private_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 KPLAY = [sys.executable, str(ROOT / "cli.py")]
@@ -18,7 +19,7 @@ def env(cache: Path) -> dict:
 
 
 def test_clean_during_a_build_waits_for_it_and_the_build_passes(tmp_path):
-    cache, folder = tmp_path / "cache", tmp_path / "sum"
+    cache, folder = private_cache(tmp_path / "cache"), tmp_path / "sum"
     shutil.copytree(ROOT / "snippets" / "sum", folder)
     (folder / "sum.cpp").write_text((folder / "sum.cpp").read_text() + "\n// a source of this test's own\n")
     build = subprocess.Popen([*KPLAY, "run", str(folder), "--device", "cpu", "--n", "1e3", "--no-bench"],
@@ -33,7 +34,7 @@ def test_clean_during_a_build_waits_for_it_and_the_build_passes(tmp_path):
     assert not any(cache.glob("kplay_sum_cpp_*")), "clean ran after the build and removed it"
 
 
-@pytest.mark.parametrize("cache", ["/proc/kplay-cache", "/sys/kernel/kplay-cache"])
+@pytest.mark.parametrize("cache", ["/proc/kplay-cache", pytest.param("/sys/kernel/kplay-cache", marks=pytest.mark.slow)])
 def test_an_unwritable_cache_is_one_line_and_exit_2(cache, kplay, monkeypatch):
     """Paths even root cannot write (chmod does not stop root)."""
     monkeypatch.setenv("KPLAY_CACHE", cache)

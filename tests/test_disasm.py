@@ -52,6 +52,7 @@ def test_sass_of_fast_shows_its_16_byte_loads_under_their_source_line(kplay):
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # one more nvcc build; -m "not slow" reads a build's resources (test_resources)
 def test_ptx_of_fast_shows_vector_loads_and_follows_the_threads_param(kplay):
     r = show_json(kplay, "sum", "--variant", "fast", "--ptx", "--param", "threads=512", "--kernel", "<float>", "--solution")
     assert len(r["functions"]) == 1

@@ -155,8 +155,8 @@ def test_every_built_in_exercise_has_hints_that_say_what_and_why(name):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("name", [n if n in ("sum/shuffle", "print_array/cpp") else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in BUILT_IN])  # -m "not slow": a CPU starter, and one CUDA one other tests build too
+@pytest.mark.parametrize("name", [n if n == "print_array/cpp" else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in BUILT_IN])  # -m "not slow": a CPU starter (test_resources builds CUDA)
 def test_every_built_in_starter_compiles(kplay, tmp_path, name):
     """`start` builds the starter before writing it (nvcc compiles and links here, no GPU needed)."""
     result = kplay("start", name, tmp_path / "me")
@@ -204,6 +204,7 @@ def test_show_ptx_of_a_marked_rung_is_the_starters_code_unless_solution(kplay):
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # start builds the CUDA starter: one more nvcc build
 def test_checking_a_cuda_exercise_without_a_gpu_says_why(kplay, tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU in the worker, which picks the device
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # nor here

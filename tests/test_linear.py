@@ -143,10 +143,10 @@ def test_checker_fails_wrong_layer_and_names_the_output(kplay, wrong_kernel, sou
 
 @pytest.mark.parametrize("source, message", [
     # Not square: autograd would refuse the shape in its own words; the spec says which gradient, and why.
-    ("grad_weight_transposed.cpp", "linear_backward's grad_weight has shape (17, 1023); it must be shaped like weight, (1023, 17)"),
+    pytest.param("grad_weight_transposed.cpp", "linear_backward's grad_weight has shape (17, 1023); it must be shaped like "
+                 "weight, (1023, 17)", marks=pytest.mark.slow),  # -m "not slow": comma_operator, one bad backward
     # Seed 002's `return a, b, c;` declared as one tensor: the comma operator keeps only grad_bias.
-    pytest.param("comma_operator.cpp", "linear_backward returns 1 tensor; the backward needs 3 (grad_input, grad_weight, "
-                 "grad_bias)", marks=pytest.mark.slow),  # -m "not slow": test_wrong's linear/comma_operator
+    ("comma_operator.cpp", "linear_backward returns 1 tensor; the backward needs 3 (grad_input, grad_weight, grad_bias)"),
 ])
 def test_a_backward_of_the_wrong_count_or_shape_is_named_in_the_kernels_terms(kplay, wrong_kernel, source, message):
     result = kplay("run", wrong_kernel("linear", f"linear/{source}"), "--device", "cpu", "--no-bench")
@@ -154,6 +154,7 @@ def test_a_backward_of_the_wrong_count_or_shape_is_named_in_the_kernels_terms(kp
     assert f"batch=1 in=17 out=1023: {message}" in " ".join(result.stdout.split()), result.stdout
 
 
+@pytest.mark.slow  # -m "not slow": test_cli's compile error in a student's file
 def test_seed_comma_operator_in_a_three_tensor_backward_is_a_compile_error_in_the_students_file(kplay, wrong_kernel):
     folder = wrong_kernel("linear", "linear/comma_operator_tuple.cpp")
     line = (folder / "linear.cpp").read_text().splitlines().index("  return grad_input, grad_weight, grad_bias;") + 1

@@ -1,29 +1,37 @@
-"""The precompiled ATen header: made once per machine for ATen sources, reused, never for stable-ABI ones."""
+"""The precompiled headers: ATen's for ATen sources, the stable ABI's for the rest, each made once per machine."""
+
+from pathlib import Path
 
 import pytest
 
 from playground import events, pch
+from playground.build import ENGINE_INCLUDE
 from playground.toolchain import compiler
 
 ATEN = "#include <ATen/core/Tensor.h>\n#include <torch/library.h>\nint f();\n"
-STABLE = "#include <torch/csrc/stable/library.h>\nint f();\n"
+STABLE = "#include <kplay/stable.h>\n#include <torch/csrc/stable/library.h>\nint f();\n"
+OWN_TARGET = "#define TORCH_TARGET_VERSION 0\n" + STABLE
 gcc = pytest.mark.skipif("clang" in compiler()[0].lower(), reason="GCC only (clang parses the header each time)")
 
 
 @gcc
 @pytest.mark.slow
-def test_an_aten_source_gets_the_header_precompiled_once(tmp_path, monkeypatch):
+def test_each_header_set_is_precompiled_once_for_the_sources_that_use_it(tmp_path, monkeypatch):
     monkeypatch.setenv("KPLAY_CACHE", str(tmp_path))
     seen = []
     on_event = lambda event, **data: seen.append((event, data["variant"]))  # noqa: E731
-    flags = pch.include_flags([ATEN], ["-O1"], on_event, "cpp")
+    flags = pch.include_flags([ATEN], ["-O1"], ENGINE_INCLUDE, on_event, "cpp")
     assert flags[0] == "-include" and (tmp_path / "pch").is_dir()
     gch = next((tmp_path / "pch").glob("*/kplay_aten.h.gch"))
     assert gch.stat().st_size > 1e7 and seen == [(events.BUILD_START, "cpp (the ATen headers, once per machine)")]
-    assert pch.include_flags([ATEN], ["-O1"], on_event, "cuda") == flags and len(seen) == 1  # reused, not rebuilt
-    assert pch.include_flags([STABLE], ["-O1"], on_event, "cpp") == []
+    assert pch.include_flags([ATEN], ["-O1"], ENGINE_INCLUDE, on_event, "cuda") == flags and len(seen) == 1  # reused, not rebuilt
+    stable = pch.include_flags([STABLE], ["-O1"], ENGINE_INCLUDE, on_event, "cpp")
+    assert stable[1].endswith("kplay_stable.h") and Path(stable[1] + ".gch").stat().st_size > 1e7
+    assert seen[1:] == [(events.BUILD_START, "cpp (the stable-ABI headers, once per machine)")]
+    # a source that sets its own torch target must include kplay/stable.h itself, after its #define
+    assert pch.include_flags([OWN_TARGET], ["-O1"], ENGINE_INCLUDE, on_event, "cpp") == []
 
 
 def test_clang_gets_no_precompiled_header(monkeypatch):
     monkeypatch.setattr(pch, "compiler", lambda: ("Apple clang version 15.0.0", []))
-    assert pch.include_flags([ATEN], ["-O1"], events.ignore, "cpp") == []
+    assert pch.include_flags([ATEN], ["-O1"], ENGINE_INCLUDE, events.ignore, "cpp") == []

@@ -254,6 +254,7 @@ def test_a_real_build_keeps_each_kernels_resources(built_sum, variant, threads):
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # one more nvcc build
 def test_an_ejected_rung_with_its_kernel_renamed_reports_the_new_name(kplay, tmp_path):
     from playground.build import build
 

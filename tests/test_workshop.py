@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, private_cache
 
 CLI = [sys.executable, str(ROOT / "cli.py")]
 
@@ -75,7 +75,7 @@ def test_new_family_passes_and_is_found_on_the_search_path(kplay, tmp_path, monk
 
 @pytest.mark.parametrize("source, verdict", [
     ("sum_segfault.cpp", "segmentation fault"),
-    ("sum_abort.cpp", "abort"),
+    pytest.param("sum_abort.cpp", "abort", marks=pytest.mark.slow),  # -m "not slow": a segfault, here and in test_zygote
 ])
 def test_a_crashing_kernel_is_exit_4_and_the_next_run_works(kplay, wrong_kernel, source, verdict):
     folder = wrong_kernel("sum", source)
@@ -118,7 +118,7 @@ def _ours(cache) -> list[str]:
 @pytest.fixture(scope="module")
 def aten_cache(tmp_path_factory):
     """A cache of these tests' own (their processes are told apart by it), with the ATen headers precompiled."""
-    cache = tmp_path_factory.mktemp("aten-cache")
+    cache = private_cache(tmp_path_factory.mktemp("aten-cache") / "cache")
     env = {**os.environ, "KPLAY_CACHE": str(cache)}
     done = subprocess.run([*CLI, "run", "linear", "--device", "cpu", "--no-bench"], capture_output=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -152,6 +152,7 @@ def test_killing_kplay_mid_compile_kills_its_worker_and_every_compiler(aten_cach
         assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow  # two builds at once on two cores
 def test_two_runs_at_once_share_one_build(tmp_path, kplay):
     folder = _fresh_family(tmp_path, kplay)
     cmd = [*CLI, "run", str(folder), "--device", "cpu", "--no-bench", "--json"]
@@ -161,6 +162,7 @@ def test_two_runs_at_once_share_one_build(tmp_path, kplay):
     assert sorted(r["variants"][0]["build"]["cached"] for r in records) == [False, True]
 
 
+@pytest.mark.slow  # a rebuild
 def test_a_corrupt_cache_entry_is_rebuilt(kplay, tmp_path, cache):
     folder = _fresh_family(tmp_path, kplay)
     result, r = run_json(kplay, folder)
@@ -190,6 +192,7 @@ def test_export_builds_a_package_that_imports_and_passes_its_test(kplay, tmp_pat
 
 
 @pytest.mark.nvcc
+@pytest.mark.slow  # one more nvcc build
 def test_a_faulting_cuda_kernel_compiles_here():
     from playground import registry
     from playground.build import build

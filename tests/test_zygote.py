@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, private_cache
 from playground import isolate, request
 from playground.errors import KernelCrash
 from test_workshop import _ours
@@ -27,9 +27,9 @@ def sum_run(target="sum", **kw):
 def test_the_child_sees_kplays_environment_at_each_run(monkeypatch, tmp_path):
     with isolate.warm():  # the session's warm worker (first here: the others end it)
         assert sum_run()["ok"]
-        monkeypatch.setenv("KPLAY_CACHE", str(tmp_path / "later"))  # set after the zygote started
+        monkeypatch.setenv("KPLAY_CACHE", str(private_cache(tmp_path / "later")))  # set after the zygote started
         r = sum_run()
-    assert not r["variants"][0]["build"]["cached"] and (tmp_path / "later").is_dir()
+    assert not r["variants"][0]["build"]["cached"] and any((tmp_path / "later").glob("kplay_sum_cpp_*"))
 
 
 def test_the_child_takes_the_thread_count_kplay_asks_for_now(monkeypatch, tmp_path):
@@ -79,7 +79,7 @@ def test_a_zygote_that_died_falls_back_to_a_fresh_worker():
 @pytest.mark.slow
 @own_zygote
 def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_path):
-    folder, cache = wrong_kernel("sum", "sum_hang.cpp"), tmp_path / "cache"
+    folder, cache = wrong_kernel("sum", "sum_hang.cpp"), private_cache(tmp_path / "cache")
     script = textwrap.dedent(f"""
         from playground import isolate, request
         with isolate.warm():
@@ -88,7 +88,7 @@ def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_pa
     env = {**os.environ, "KPLAY_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
     kplay = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 90
-    while not (tmp_path / "cache").is_dir() or len(_ours(cache)) < 3:  # kplay, the zygote, the hanging child
+    while len(_ours(cache)) < 3:  # kplay, the zygote, the hanging child
         assert time.monotonic() < deadline and kplay.poll() is None, _ours(cache)
         time.sleep(0.2)
     time.sleep(1)  # inside the kernel's loop
@@ -105,7 +105,7 @@ def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_pa
 def test_a_reused_pid_does_not_inherit_an_earlier_childs_exit(wrong_kernel, tmp_path, monkeypatch):
     """The zygote reports each child's exit by pid; a pid the system hands out again must not find the old
     status, or a hanging kernel's timeout would never kill it."""
-    folder, cache = wrong_kernel("sum", "sum_hang.cpp"), tmp_path / "cache"
+    folder, cache = wrong_kernel("sum", "sum_hang.cpp"), private_cache(tmp_path / "cache")
     monkeypatch.setenv("KPLAY_CACHE", str(cache))
     pid_max = int(open("/proc/sys/kernel/pid_max").read())
     with isolate.warm() as zygote:
