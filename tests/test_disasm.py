@@ -90,6 +90,8 @@ def test_nvdisasm_is_found_in_the_pip_wheel(tmp_path, monkeypatch):
     fake.mkdir(parents=True)
     (fake / "nvdisasm").write_text("#!/bin/sh\n")
     (fake / "nvdisasm").chmod(0o755)
+    import torch.utils.cpp_extension  # noqa: F401  (it reads CUDA_HOME once, on import: the real one, not the fake)
+
     monkeypatch.setattr("sys.path", [str(tmp_path)])
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))

@@ -241,13 +241,8 @@ def test_cuda_sources_compile(variant):
         assert lib.lltm._schemas
 
 
-@pytest.mark.slow
-@pytest.mark.nvcc
-def test_cuda_fast_two_streams_compiles():
-    assert ops("cuda-fast", streams=2).lltm._schemas
-
-
-# (variant, params): each variant's default, the tutorial's 1024 threads, and cuda-fast's other paths.
+# (variant, params): each variant's default, the tutorial's 1024 threads, and cuda-fast's other paths (built and
+# checked on the GPU box; here test_cuda_sources_compile compiles each variant's default).
 CUDA_BUILDS = [("cuda", {}), ("cuda", {"threads": 1024}), ("cuda-fast", {}), ("cuda-fast", {"streams": 2}),
                ("cuda-fast", {"threads": 1024}), ("cuda-fast", {"fwd_split": 2, "bwd_split": 2})]  # odd k: no split
 
