@@ -34,7 +34,14 @@ STABLE = Headers("stable", "".join(f"#include <{h}>\n" for h in (
     "kplay/stable.h", "torch/csrc/inductor/aoti_torch/c/shim.h", "torch/csrc/stable/library.h",
     "torch/csrc/stable/ops.h", "torch/csrc/stable/tensor.h", "torch/headeronly/core/ScalarType.h",
     "torch/headeronly/util/Exception.h")), re.compile(r"#include\s*<torch/csrc/stable/"), "the stable-ABI headers")
-OWN_TARGET = re.compile(r"#\s*define\s+TORCH_TARGET_VERSION")  # kplay/stable.h must not come first for such a source
+DEFINE, INCLUDE = re.compile(r"^\s*#\s*define\b", re.M), re.compile(r"^\s*#\s*include\b", re.M)
+
+
+def _defines_first(source: str) -> bool:
+    """A #define before the first #include (TORCH_TARGET_VERSION, USE_CUDA) may change what the headers say:
+    such a source must include them itself, after it."""
+    define, include = DEFINE.search(source), INCLUDE.search(source)
+    return bool(define) and (include is None or define.start() < include.start())
 
 
 def include_flags(sources: list[str], cflags: list[str], engine: Path, on_event, variant: str) -> list[str]:
@@ -43,7 +50,7 @@ def include_flags(sources: list[str], cflags: list[str], engine: Path, on_event,
     version, _ = compiler()
     headers = next((h for h in (ATEN, STABLE) if any(h.used.search(s) for s in sources)), None)
     if (headers is None or "clang" in version.lower() or "not found" in version
-            or headers is STABLE and any(OWN_TARGET.search(s) for s in sources)):
+            or any(_defines_first(s) for s in sources)):
         return []
     import torch
     from torch.utils.cpp_extension import include_paths

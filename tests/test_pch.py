@@ -29,8 +29,9 @@ def test_each_header_set_is_precompiled_once_for_the_sources_that_use_it(tmp_pat
     monkeypatch.setattr(pch, "_precompile", lambda header, headers, *_: made.append(headers) or True)
     aten = pch.include_flags([ATEN], ["-O1"], ENGINE_INCLUDE, on_event, "cpp")
     assert aten[1].endswith("kplay_aten.h") and made == [pch.ATEN]
-    # a source that sets its own torch target must include kplay/stable.h itself, after its #define
+    # a source that defines a macro before its includes (its own torch target, say) gets none: it may change them
     assert pch.include_flags([OWN_TARGET], ["-O1"], ENGINE_INCLUDE, on_event, "cpp") == []
+    assert pch.include_flags(["// #define X 1\n" + STABLE + "#define Y 2\n"], ["-O1"], ENGINE_INCLUDE, on_event, "cpp") == flags
 
 
 def test_clang_gets_no_precompiled_header(monkeypatch):
