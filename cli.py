@@ -565,9 +565,14 @@ def doctor():
 def clean():
     """Empty kplay's build cache."""
     from playground.build import clear_cache
-    from playground.toolchain import cache_dir
+    from playground.toolchain import builds_in_flight, cache_dir
 
-    freed, kept = clear_cache(on_wait=lambda: err.print("waiting for the builds in flight to finish", highlight=False))
+    def waiting():
+        names = builds_in_flight()
+        shown = f": {', '.join(names[:4])}{f' and {len(names) - 4} more' if len(names) > 4 else ''}" if names else ""
+        err.print(f"waiting for the builds in flight to finish{shown}", highlight=False, soft_wrap=True)
+
+    freed, kept = clear_cache(on_wait=waiting)
     out.print(f"removed {freed / 1e6:.1f} MB from {cache_dir()}", soft_wrap=True)
     for line in kept:
         err.print(f"[yellow]could not remove[/] {escape(line)}", highlight=False, soft_wrap=True)

@@ -65,6 +65,20 @@ def cache_lock(name: str):
     return _flock(cache_dir() / "locks" / f"{name}.lock", fcntl.LOCK_EX)
 
 
+def builds_in_flight() -> list[str]:
+    """The cache entries a build holds locked now (a probe that takes no lock it finds held), by name."""
+    held = []
+    for path in sorted((cache_dir() / "locks").glob("*.lock")):
+        try:
+            with open(path, "a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # closing the file drops it at once
+        except BlockingIOError:
+            held.append(path.stem)
+        except OSError:  # removed meanwhile, or unreadable: no build to name
+            pass
+    return held
+
+
 def cuda_home() -> str | None:
     """The CUDA root: $CUDA_HOME, else the first candidate with the runtime headers.
 

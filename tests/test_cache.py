@@ -30,7 +30,7 @@ def test_clean_during_a_build_waits_for_it_and_the_build_passes(tmp_path):
     clean = subprocess.run([*KPLAY, "clean"], env=env(cache), capture_output=True, text=True, timeout=120)
     output, _ = build.communicate(timeout=120)
     assert build.returncode == 0, output
-    assert clean.returncode == 0 and "waiting for the builds in flight" in clean.stderr, clean.stderr
+    assert clean.returncode == 0 and "waiting for the builds in flight to finish: kplay_sum_cpp_" in clean.stderr, clean.stderr
     assert not any(cache.glob("kplay_sum_cpp_*")), "clean ran after the build and removed it"
 
 
