@@ -110,12 +110,14 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
     spec's own verdicts (gradcheck): the merged Check, what the requested size printed, those verdicts."""
     checks, shown, main_label = [], "", case_label(fam, req.sizes)
     alive = lambda: on_event(events.ALIVE)
+    expected = {}  # the requested size's reference, tolerance and copy, which its forms of the same shapes share
     try:
-        for label, make, test_size in _cases(spec, fam, req, main, dtype, device):
-            guarded = test_size and device == "cpu" and req.read_only
+        for label, make, kind in _cases(spec, fam, req, main, dtype, device):
+            guarded = kind == "test" and device == "cpu" and req.read_only
             on_event(events.CHECK, variant=name, case=label, read_only=guarded)
             with Guarded(make(), guarded) as zones:
-                check, stdout = _one(spec, ops, name, zones.inputs, dtype, label, alive)
+                same = kind == "main" or kind == "form" and _shapes(zones.inputs) == _shapes(main)
+                check, stdout = _one(spec, ops, name, zones.inputs, dtype, label, alive, expected if same else {})
             checks.append(check.failing([f"{label}: {zones.overrun}"]) if zones.overrun else check)
             shown = stdout if label == main_label else shown  # what the requested size printed
         if "values" not in req.sizes:
@@ -168,20 +170,20 @@ def case_label(fam, sizes: dict) -> str:
 
 
 def _cases(spec, fam, req, main, dtype, device):
-    """(label, inputs maker, is a test size): each test size, the requested size (inputs `main`) in each of the
-    family's forms, and its probe if the spec has one."""
+    """(label, inputs maker, kind): each test size ("test"), the requested size (inputs `main`, "main") in each
+    of the family's forms ("form": the same values), and its probe ("probe") if the spec has one."""
     import torch
 
     for test in ([] if "values" in req.sizes else fam.test_sizes):
         sizes = {**req.sizes, **test}
-        yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed), True
-    yield case_label(fam, req.sizes), lambda: main, False
+        yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed), "test"
+    yield case_label(fam, req.sizes), lambda: main, "main"
     for form in () if "values" in req.sizes else fam.forms:  # the same values, laid out another way
         if form != "2-D" or _rows(main):  # made when its case runs: one form's copy in memory at a time
-            yield f"{case_label(fam, req.sizes)} {form}", lambda form=form: _in_form(main, form), False
+            yield f"{case_label(fam, req.sizes)} {form}", lambda form=form: _in_form(main, form), "form"
     if spec.probe and "values" not in req.sizes:  # the same size, changed where each element's position matters
         gen = torch.Generator().manual_seed(req.seed + 1)
-        yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, gen), False
+        yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, gen), "probe"
 
 
 GUARD = 1024  # poisoned elements either side of each input at the test sizes
@@ -265,6 +267,10 @@ def _in_form(inputs, form: str):
     return None if any(o is None for o in out) else out
 
 
+def _shapes(inputs) -> list:
+    return [tuple(x.shape) if hasattr(x, "shape") else x for x in inputs]
+
+
 def _rows(inputs) -> int | None:
     """The rows a 2-D form of the first tensor input has (a 1-D one of n = rows·m elements), or None."""
     import torch
@@ -290,16 +296,20 @@ def make_inputs(spec, sizes, dtype, device, seed):
         raise
 
 
-def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None) -> tuple[Check, str]:
+def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, expected=None) -> tuple[Check, str]:
     """Run the variant once on poisoned memory and compare; the input must come back unchanged. alive() is
-    called just before the call: --timeout bounds the call, not the reference's time before it."""
+    called just before the call: --timeout bounds the call, not the reference's time before it. `expected`
+    keeps the reference, the tolerance and the inputs' copy for the next case of the same values and shapes
+    (the first computes them)."""
     import torch
 
     from .capture import stdout_fd
 
-    ref = spec.reference(*inputs)
-    tol, source = spec.tolerance(*inputs, dtype)
-    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    expected = {} if expected is None else expected
+    if not expected:
+        expected.update(ref=spec.reference(*inputs), tol=spec.tolerance(*inputs, dtype),
+                        before=[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+    ref, (tol, source), before = expected["ref"], expected["tol"], expected["before"]
     if spec.output_like:
         _poison(spec.output_like(*inputs))
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
