@@ -305,11 +305,7 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, 
 
     from .capture import stdout_fd
 
-    expected = {} if expected is None else expected
-    if not expected:
-        expected.update(ref=spec.reference(*inputs), tol=spec.tolerance(*inputs, dtype),
-                        before=[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-    ref, (tol, source), before = expected["ref"], expected["tol"], expected["before"]
+    ref, (tol, source), before = _expect(spec, inputs, dtype, {} if expected is None else expected)
     if spec.output_like:
         _poison(spec.output_like(*inputs))
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
@@ -336,10 +332,28 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, 
     result = compare(out, ref, tol, source, case, spec.outputs)
     if cuda and not result.ok and moved(out, made):
         result = dataclasses.replace(result, mismatches=[f"{case}: {LATE}", *result.mismatches])
-    for k, (a, b) in enumerate(zip(before, inputs)):
-        if isinstance(a, torch.Tensor) and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all():
-            result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
+    for k in _changed(before, inputs):
+        result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
     return result, printed.text
+
+
+def _expect(spec, inputs, dtype, expected: dict) -> tuple:
+    """The reference, the tolerance and a copy of the inputs, computed once into `expected` for the cases that
+    share them."""
+    import torch
+
+    if not expected:
+        expected.update(ref=spec.reference(*inputs), tol=spec.tolerance(*inputs, dtype),
+                        before=[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+    return expected["ref"], expected["tol"], expected["before"]
+
+
+def _changed(before, inputs) -> list[int]:
+    """The positions of the tensor inputs that differ from their copy (NaN where NaN was counts as unchanged)."""
+    import torch
+
+    return [k for k, (a, b) in enumerate(zip(before, inputs)) if isinstance(a, torch.Tensor)
+            and not torch.equal(a, b) and not (a.isnan() & b.isnan() | (a == b)).all()]
 
 
 def _mistyped(made, ref, inputs, names: tuple) -> str | None:

@@ -44,6 +44,15 @@ def _defines_first(source: str) -> bool:
     return bool(define) and (include is None or define.start() < include.start())
 
 
+def _one_level(cflags: list[str]) -> list[str]:
+    """The flags with -O1, -O2 and -O3 as one: GCC takes a .gch made at any of them for a build at any other (each
+    defines __OPTIMIZE__ and nothing more), so lltm's -O1 build and its CUDA variants' -O3 share ATen's."""
+    levels = [f for f in cflags if re.fullmatch(r"-O\w*", f)]
+    if levels and levels[-1] in ("-O1", "-O2", "-O3"):
+        return [f for f in cflags if f not in levels] + ["-O2"]
+    return cflags
+
+
 def include_flags(sources: list[str], cflags: list[str], engine: Path, on_event, variant: str) -> list[str]:
     """['-include', header] when GCC compiles the C++ sources and they use ATen or the stable ABI; the header set
     precompiled once. `engine` is the folder of kplay's own headers (kplay/stable.h), hashed into the key."""
@@ -56,7 +65,7 @@ def include_flags(sources: list[str], cflags: list[str], engine: Path, on_event,
     from torch.utils.cpp_extension import include_paths
 
     flags = ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{engine}", *[f"-isystem{p}" for p in include_paths()],
-             f"-isystem{sysconfig.get_path('include')}", "-fPIC", "-std=c++20", *cflags]  # as load_inline's
+             f"-isystem{sysconfig.get_path('include')}", "-fPIC", "-std=c++20", *_one_level(cflags)]  # as load_inline's
     own = [p.read_text() for p in sorted(engine.rglob("*.h"))]
     salt = [version, torch.__version__, cpu_model(), flags, headers.text, own]  # -march=native means this CPU
     key = hashlib.sha256(json.dumps(salt).encode()).hexdigest()[:12]

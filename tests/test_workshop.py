@@ -117,12 +117,13 @@ def _ours(cache) -> list[str]:
 
 @pytest.fixture(scope="module")
 def aten_cache(tmp_path_factory):
-    """A cache of these tests' own (their processes are told apart by it), with the ATen headers precompiled."""
-    cache = private_cache(tmp_path_factory.mktemp("aten-cache") / "cache")
-    env = {**os.environ, "KPLAY_CACHE": str(cache)}
-    done = subprocess.run([*CLI, "run", "linear", "--device", "cpu", "--no-bench"], capture_output=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return cache
+    """A cache of these tests' own (their processes are told apart by it), with the ATen headers precompiled (the
+    session's, which it links to): a kill meets the compile of linear.cpp itself."""
+    from playground import build, registry
+
+    linear = registry.find("linear")
+    assert build.precompile(linear, linear.variants["cpp"])
+    return private_cache(tmp_path_factory.mktemp("aten-cache") / "cache")
 
 
 @pytest.mark.slow
