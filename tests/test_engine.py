@@ -49,3 +49,25 @@ def test_bench_takes_turns_and_a_warm_call_follows_one_of_its_own(warm):
     turn = ["a", "a", "prep b", "b", "prep b", "b"] if warm else ["a", "prep b", "b"]
     assert calls[9:] == turn * stats["a"].samples
     assert ("each call after one of its own" in stats["a"].method) == warm
+
+
+@pytest.mark.parametrize("name", ["print_array", "sum", "lltm", "linear"])
+def test_a_specs_reference_tolerance_and_probe_leave_the_inputs_unchanged(name):
+    """At every dtype the family declares (sum's float64 tolerance once took |x| in place: the check then
+    said the kernel wrote its input)."""
+    import torch
+
+    from playground import registry, spec
+
+    fam = registry.find(name)
+    hooks = spec.load(fam)
+    for dtype in fam.dtypes:
+        dt = getattr(torch, dtype)
+        inputs = hooks.make_inputs({**fam.sizes, **fam.test_sizes[-1]}, dt, "cpu", torch.Generator().manual_seed(0))
+        before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        hooks.reference(*inputs)
+        hooks.tolerance(*inputs, dt)
+        if hooks.probe:
+            hooks.probe(inputs, dt, torch.Generator().manual_seed(1))
+        for a, b in zip(before, inputs):
+            assert not isinstance(a, torch.Tensor) or torch.equal(a, b), f"{name} at {dtype}"

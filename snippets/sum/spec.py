@@ -26,7 +26,7 @@ def tolerance(x, dtype):
     # |sum|, which cancels on zero-mean data); the 0.1% margin covers the rounding of Σ|x| itself.
     eps = torch.finfo(dtype).eps
     depth = math.ceil(math.log2(x.numel())) + 1 if x.numel() > 1 else 1
-    l1 = sum64(x, torch.abs_).item() * 1.001
+    l1 = sum64(x, torch.abs).item() * 1.001
     return depth * eps * l1, "tree bound (ceil(log2 n)+1)·eps·Σ|x|"
 
 
@@ -53,7 +53,7 @@ def probe(inputs, dtype, gen):
     # with Σ|y| about 2c, is 5e-6 c in float32 (7e-6 c at 1e9), and the rescaled background's spread,
     # sqrt(f n) elements of spread 1, is 32 at n = 1e6 (1,000 at 1e9 against 0.001 c = 8e5): 25 sigmas or more.
     spike = torch.randint(n, (1,), generator=gen)
-    y[spike.to(x.device)] += sum64(x, torch.abs_).item()
+    y[spike.to(x.device)] += sum64(x, torch.abs).item()
     return (y,)
 
 
