@@ -119,9 +119,11 @@ def main(_: Annotated[bool, typer.Option("--version", callback=version, is_eager
 @friendly
 def list_(ctx: typer.Context, json_: Json = False, path: Path_ = None):
     """List the kernel families: summary, variants, devices."""
+    from playground.exercise import exercises
+
     found, refused = registry.scan(path)
-    rows = [{"name": f.name, "summary": f.summary, "variants": list(f.variants), "devices": f.devices, "path": str(f.path)}
-            for f in found.values()]
+    rows = [{"name": f.name, "summary": f.summary, "variants": list(f.variants), "devices": f.devices,
+             "exercises": exercises(f), "path": str(f.path)} for f in found.values()]
     if json_:
         print(json.dumps(rows, indent=2))
     else:
@@ -350,6 +352,12 @@ def _sanitized_device(tool: str, device: Device) -> Device:
         raise UsageError("--sanitize checks CUDA kernels: drop --device cpu")
     sanitize.executable()
     return Device.cuda
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _need_gpu(what: str) -> None:
@@ -583,8 +591,13 @@ def clean():
 @friendly
 def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], typer.Option(help="Only this device's variants.")] = None,
           variant: Variant = None, param: Params = None, force: Force = False, path: Path_ = None,
-          solution: Solution = False):
-    """Copy a kernel into a folder you edit: its sources rendered with your --param values, and its spec."""
+          starter: Annotated[bool, typer.Option("--starter", help="An exercise's starter, TODOs and all "
+                                                                  "(kplay start also writes the exercise).")] = False,
+          _: Annotated[bool, typer.Option("--solution", hidden=True)] = False):
+    """Copy a kernel into a folder you edit: its sources rendered with your --param values, and its spec.
+
+    The whole kernel, an exercise's solution too: [b]kplay start[/b] gives a student the starter.
+    """
     from playground.scaffold import eject as write
 
     fam = registry.find(name, path)
@@ -594,7 +607,6 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
         devices = [device.value] if device and device != Device.auto else fam.devices
         chosen = list({v.name: v for d in devices for v in fam.pick_variants(d, "all")}.values())
     target = Path(folder or fam.name)
-    starter = _is_exercise(fam) and not solution
     for f in write(fam, target, chosen, fam.parse_params(param or []), force, starter=starter):
         out.print(f"wrote {f}", soft_wrap=True)  # a long path stays one line, to copy
     out.print(f"edit the sources, then: [b]kplay run {_as_path(target)}[/b]")
@@ -641,7 +653,7 @@ def start(name: Annotated[str, typer.Argument(help="NAME or NAME/VARIANT, e.g. s
 
     fam_name, variant = (name, None) if Path(name).exists() or "/" not in name else name.rsplit("/", 1)
     fam = registry.find(fam_name, path)
-    v = exercise.pick(fam, variant)
+    v = exercise.pick(fam, variant, gpu=variant is None and _has_gpu())
     with _progress():
         written = exercise.start(fam, v, folder, fam.parse_params(param or []), force)
     for f in written:
@@ -667,14 +679,22 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
     if json_:
         print(json.dumps(rec, indent=2))
         raise typer.Exit(rec["exit_code"])
-    if rec.get("error"):
-        err.print(f"[red]error:[/] {escape(rec['error'])}", highlight=False, soft_wrap=True)
-        for line in rec["details"]:
-            err.print(line, highlight=False, markup=False, soft_wrap=True)
-    else:
-        _show_run(rec["run"], False, None, False, None)
+    for k, part in enumerate(rec["dtypes"]):
+        _show_part(part, rec["run"] if k == 0 else None)
     out.print(f"[b]{escape(exercise.score(rec))}[/b]", highlight=False)
     raise typer.Exit(rec["exit_code"])
+
+
+def _show_part(part: dict, run: dict | None) -> None:
+    """One graded dtype: the first's whole report (run), another's one line, or its report where it failed."""
+    if "error" in part:
+        err.print(f"[red]error:[/] {escape(part['dtype'])}: {escape(part['error'])}", highlight=False, soft_wrap=True)
+        for line in part["details"]:
+            err.print(line, highlight=False, markup=False, soft_wrap=True)
+    elif run is not None or part["passed"] < part["checked"]:
+        _show_run(run or part["run"], False, None, False, None)
+    else:
+        out.print(f"{part['dtype']}: all {part['checked']} cases passed", highlight=False)
 
 
 @app.command()

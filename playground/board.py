@@ -44,10 +44,18 @@ class Entry:
     exit_code: int
     file: str
     noise: float = 0.0  # the speedup's relative noise
+    what: str = ""  # what ended a run early: "crashed: segmentation fault while checking cpp at n=1"
 
     @property
     def complete(self) -> bool:
         return self.checked > 0 and self.passed == self.checked
+
+    @property
+    def said(self) -> str:
+        """The failures column: each kind's count, then what ended a run early, in the check's own words."""
+        ran = failure_text({k: n for k, n in self.failures.items() if k not in FATAL})
+        ended = self.what or failure_text({k: n for k, n in self.failures.items() if k in FATAL})
+        return "; ".join(filter(None, [ran, ended]))
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,8 @@ def entry(data, path: Path) -> Entry:
                  exercise=f"{data['family']}/{data['variant']}", passed=data["passed"], checked=data["checked"],
                  failures=dict(failures), speedup=None if speedup is None else float(speedup),
                  baseline=data.get("baseline") if isinstance(data.get("baseline"), str) else None,
-                 exit_code=data["exit_code"], file=str(path), noise=_noise(data.get("speedup_noise")))
+                 exit_code=data["exit_code"], file=str(path), noise=_noise(data.get("speedup_noise")),
+                 what=data["what"] if isinstance(data.get("what"), str) else "")
 
 
 def rank(entries: list[Entry]) -> list[Ranked]:
@@ -210,7 +219,7 @@ def _group_table(g: Ranked) -> Table:
     t.add_column("failures", overflow="fold")
     for k, e in g.rows:
         speed = [f"{e.speedup:.2f}×" if e.speedup is not None else "-"] if g.timed else []
-        t.add_row(str(k), Text(e.student), _cases(e), *speed, Text(failure_text(e.failures)))  # names are not markup
+        t.add_row(str(k), Text(e.student), _cases(e), *speed, Text(e.said))  # names are not markup
     return t
 
 

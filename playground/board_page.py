@@ -6,7 +6,7 @@ import math
 from datetime import datetime
 from html import escape
 
-from .board import GENERATOR, Entry, Ranked, common_failures, failure_text
+from .board import GENERATOR, Entry, Ranked, common_failures
 
 CSS = """
 :root { --ink: #1f2328; --muted: #59636e; --line: #d8dee4; --band: #f6f8fa;
@@ -93,7 +93,7 @@ def rows_table(g: Ranked) -> str:
     body = []
     for k, e in g.rows:
         speed = [f'<td class="num">{_speedup(e)}</td>'] if g.timed else []
-        fails = escape(failure_text(e.failures)) or '<span class="none">none</span>'
+        fails = escape(e.said) or '<span class="none">none</span>'
         body.append(f'<tr class="{_state(e)}"><td class="num">{k}</td><td class="who">{escape(e.student)}</td>'
                     f"<td>{_meter(e)}</td>{''.join(speed)}<td>{fails}</td></tr>")
     cols = "".join(f'<col style="width:{w}">' for w in widths)
@@ -164,7 +164,7 @@ def _bar(e: Entry, v, scale: float, y: int, label) -> str:
     row = (f'<text x="{LABEL - 10}" y="{cy:.1f}" text-anchor="end"><title>{escape(e.student)}</title>'
            f"{escape(name)}</text>")
     if not v:
-        why = (f"{failure_text(e.failures) or 'no case'}: nothing ran" if not e.checked else
+        why = (e.what or "no case ran" if not e.passed and (e.what or not e.checked) else
                "no case passed" if not e.passed else f"not timed: {e.passed}/{e.checked} cases passed")
         return row + f'<text class="none" x="{LABEL + 6}" y="{cy:.1f}">{escape(why)}</text>'
     w = max(2.0, v * scale)

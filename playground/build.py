@@ -207,7 +207,9 @@ def compile_error(output: str, family: Family, variant: Variant) -> BuildError:
             found.append((*key, m.groupdict().get("col")))  # nvcc gives no column
     if not found:
         commands = ("[", "FAILED", "ninja", "Error building extension")
-        tail = [ln for ln in output.splitlines() if "error" in ln.lower() and not ln.lstrip().startswith(commands)]
+        said = ("error", "ld:", "undefined reference")  # the linker's own lines name no error
+        tail = [ln for ln in output.splitlines() if any(w in ln.lower() for w in said)
+                and not ln.lstrip().startswith(commands)]
         tail = tail[-8:] or output.splitlines()[-8:]
         return BuildError(f"{family.name}/{variant.name}: build failed", tail)
     details = []

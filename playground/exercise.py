@@ -22,21 +22,35 @@ def is_exercise(fam: registry.Family) -> bool:
     return fam.exercise is True
 
 
+def exercises(fam: registry.Family) -> list[str]:
+    """The names of the variants a student can start: those with // kplay:todo regions."""
+    if not is_exercise(fam):
+        return []
+    return [v.name for v in fam.variants.values() if _hints(fam, v, fam.parse_params([]))]
+
+
 def starter_sources(fam: registry.Family, variant: registry.Variant, params: dict) -> dict[str, str]:
     """The variant's rendered sources as the starter has them (for `kplay show`)."""
     return starter_files(render.sources(fam, variant, params), fam.path)[0]
 
 
-def pick(fam: registry.Family, variant: str | None) -> registry.Variant:
-    """The variant to start: by name, else the family's default, else its first with a region."""
+def pick(fam: registry.Family, variant: str | None, gpu: bool) -> registry.Variant:
+    """The variant to start: by name, else the family's default if it is an exercise that runs here, else the
+    first exercise of this machine's device (a GPU's, where there is one), else the first that runs here."""
     if variant:
         return fam.variant(variant)
-    if fam.default_variant in fam.variants and _hints(fam, fam.variants[fam.default_variant], fam.parse_params([])):
-        return fam.variant(fam.default_variant)
-    for v in fam.variants.values():
-        if _hints(fam, v, fam.parse_params([])):
-            return v
-    raise UsageError(f"{fam.name} has no // kplay:todo regions: nothing to start")
+    marked = [fam.variants[name] for name in exercises(fam)] or [
+        v for v in fam.variants.values() if _hints(fam, v, fam.parse_params([]))]
+    if not marked:
+        raise UsageError(f"{fam.name} has no // kplay:todo regions: nothing to start")
+    runs = [v for v in marked if gpu or v.device != "cuda"]
+    if not runs:
+        names = ", ".join(f"{fam.name}/{v.name}" for v in marked)
+        raise UsageError(f"{fam.name}'s exercises need a GPU ({names}) and none is visible here")
+    default = fam.variants.get(fam.default_variant)
+    if default in runs:
+        return default
+    return sorted(runs, key=lambda v: v.device != ("cuda" if gpu else "cpu"))[0]
 
 
 def _hints(fam, variant, params) -> list[Hint]:
@@ -106,19 +120,32 @@ def student(folder: Path) -> str:
         return getpass.getuser()
 
 
+def graded(fam: registry.Family) -> list[str]:
+    """The dtypes `check` grades: the family's `grade_dtypes` (default: all of its dtypes), its first dtype first
+    (that one's time ranks)."""
+    chosen = fam.grade_dtypes or fam.dtypes
+    return sorted(chosen, key=lambda d: d != fam.dtypes[0])
+
+
 def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0) -> dict:
-    """Run the folder's variant through the child (`kplay run`'s path) and score it; a build error or crash scores 0."""
+    """Run the folder's variant through the child (`kplay run`'s path) at every graded dtype, timed at the first,
+    and score it; a build error, a crash or a timeout is that dtype's one failed case."""
     from . import isolate, request
 
-    ex = table(folder)
-    req = request.make(str(folder.resolve()), device=device, variant=ex["variant"], bench=True, timeout=timeout)
-    try:
-        result, error = isolate.run(req, on_event), None
-    except UsageError:
-        raise
-    except KplayError as e:
-        result, error = {"exit_code": e.exit_code}, e
-    return record(result, ex, name or student(folder), error)
+    ex, fam = table(folder), registry.load_family(folder)
+    parts = []
+    for k, dtype in enumerate(graded(fam)):
+        req = request.make(str(folder.resolve()), device=device, variant=ex["variant"], dtype=dtype, bench=k == 0,
+                           timeout=timeout)
+        try:
+            parts.append(_part(dtype, isolate.run(req, on_event)))
+        except UsageError:
+            raise
+        except KplayError as e:
+            parts.append(_fatal(dtype, e, timeout))
+            if parts[-1]["failures"].keys() & {"build", "timeout"}:
+                break  # the same source fails to build at every dtype; a hang costs its timeout once
+    return record(parts, ex, name or student(folder))
 
 
 def kind(case: str, message: str) -> str:
@@ -130,38 +157,70 @@ def kind(case: str, message: str) -> str:
         return "input changed"
     if "has shape" in message or "outputs, expected" in message:
         return "wrong shape"
-    if "got " in message and "expected" in message or "still running on another stream" in message:
+    if "got " in message and "expected" in message or "still running on another stream" in message \
+            or "printed " in message and "expected" in message:
         return "wrong value"
     return "other"
 
 
-def record(result: dict, ex: dict, name: str, error: KplayError | None = None) -> dict:
-    """`kplay check --json`: who, what, cases passed of checked, failures by kind, speedup, and the run."""
-    rec = {"student": name, "family": ex["family"], "variant": ex["variant"], "passed": 0, "checked": 0,
-           "failures": {}, "speedup": None, "baseline": None, "exit_code": result["exit_code"]}
-    if error is not None:
-        what = "build" if isinstance(error, BuildError) else "timeout" if "timeout" in str(error).lower() else "crash"
-        return {**rec, "failures": {what: 1}, "error": str(error), "details": list(getattr(error, "details", [])),
-                "run": result}
-    v = result["variants"][0]
-    check = v["check"]
+def _part(dtype: str, result: dict) -> dict:
+    """One dtype's run: its cases passed of checked and its failures by kind."""
+    check = result["variants"][0]["check"]
     failed = check.get("failed", {}) or ({"": "; ".join(check["mismatches"])} if not check["ok"] else {})
+    failures: dict[str, int] = {}
     for case, message in failed.items():
-        rec["failures"][kind(case, message)] = rec["failures"].get(kind(case, message), 0) + 1
-    rec.update(passed=len(check["cases"]) - len(failed), checked=len(check["cases"]))
-    if check["ok"] and v.get("speedups"):
+        failures[kind(case, message)] = failures.get(kind(case, message), 0) + 1
+    return {"dtype": dtype, "passed": len(check["cases"]) - len(failed), "checked": len(check["cases"]),
+            "failures": failures, "exit_code": result["exit_code"], "run": result}
+
+
+def _fatal(dtype: str, error: KplayError, timeout: float) -> dict:
+    """A dtype whose run ended early: one failed case, and what happened in a few words."""
+    text = str(error)
+    if isinstance(error, BuildError):
+        what, key = "build error", "build"
+    elif text.startswith("timed out"):
+        what, key = text.split(":")[0].replace("timed out", f"timed out after {timeout:g} s", 1), "timeout"
+    elif "wrote to its input" in text:
+        what, key = text.split(":")[0].removeprefix("the kernel "), "input changed"
+    else:
+        what, key = "crashed: " + text.removeprefix("kernel crashed: ").split(": ")[0], "crash"
+    return {"dtype": dtype, "passed": 0, "checked": 1, "failures": {key: 1}, "exit_code": error.exit_code,
+            "what": what, "error": text, "details": list(getattr(error, "details", []))}
+
+
+def record(parts: list[dict], ex: dict, name: str) -> dict:
+    """`kplay check --json`: who, what, cases passed of checked over every graded dtype, failures by kind, the
+    speedup at the first dtype (only when every case passed: no wrong kernel ranks), and each dtype's part."""
+    failures: dict[str, int] = {}
+    for p in parts:
+        for k, n in p["failures"].items():
+            failures[k] = failures.get(k, 0) + n
+    first = parts[0]
+    rec = {"student": name, "family": ex["family"], "variant": ex["variant"],
+           "passed": sum(p["passed"] for p in parts), "checked": sum(p["checked"] for p in parts),
+           "failures": failures, "speedup": None, "baseline": None,
+           "exit_code": next((p["exit_code"] for p in parts if p["exit_code"]), 0),
+           "dtypes": [{k: v for k, v in p.items() if k != "run" or p is not first} for p in parts],
+           "run": first.get("run", {"exit_code": first["exit_code"]})}
+    fatal = next((p for p in parts if "what" in p), None)
+    if fatal:
+        rec.update(error=fatal["error"], details=fatal["details"], what=f"{fatal['what']} ({fatal['dtype']})")
+    v = first.get("run", {}).get("variants", [{}])[0]
+    if rec["passed"] == rec["checked"] and not fatal and v.get("speedups"):
         rec["baseline"] = next(iter(v["speedups"]))
         rec["speedup"] = v.get("speedup")
         rec["speedup_noise"] = v["speedups"][rec["baseline"]]["call"]["noise"]
-    return {**rec, "run": result}
+    return rec
 
 
 def score(rec: dict) -> str:
-    """The one line: "7/10 cases passed", or "all 10 cases passed · 1.07× torch.sum"."""
-    if rec.get("error"):
-        return f"0 cases checked: {next(iter(rec['failures']))} failed"
+    """The one line: "7/10 cases passed (3 wrong value)", "all 10 cases passed · 1.07× torch.sum", or what
+    ended the run: "build error", "crashed: segmentation fault while checking cpp at n=1 (float64)"."""
     if rec["passed"] < rec["checked"]:
-        kinds = ", ".join(f"{n} {k}" for k, n in rec["failures"].items())
-        return f"{rec['passed']}/{rec['checked']} cases passed ({kinds})"
+        ran = {k: n for k, n in rec["failures"].items() if k not in ("build", "crash", "timeout")}
+        kinds = ", ".join(f"{n} {k}" for k, n in ran.items())
+        cases = f"{rec['passed']}/{rec['checked']} cases passed" + (f" ({kinds})" if kinds else "")
+        return "; ".join(filter(None, [cases if rec["passed"] or kinds else "", rec.get("what", "")]))
     line = f"all {rec['checked']} cases passed"
     return line + (f" · {rec['speedup']:.2f}× {rec['baseline']}" if rec["speedup"] else "")

@@ -56,7 +56,7 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         error.details = err.get("details", [])
         raise error
     if reply.get("timeout"):
-        raise KernelCrash(f"timed out {phase}: a call of the kernel took over {request.timeout:g} s, and may never "
+        raise KernelCrash(f"timed out {phase.removesuffix(READ_ONLY)}: a call of the kernel took over {request.timeout:g} s, and may never "
                           "finish (--timeout allows more)")
     code = child.returncode
     if code == -signal.SIGSEGV and phase.endswith(READ_ONLY):

@@ -37,7 +37,7 @@ FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "d
                "sizes": "a table", "test_sizes": "a list of tables", "params": "a table", "variants": "a table",
                "bench": "true, false or a table", "default_variant": "a string", "includes": "a list of strings",
                "values": "a table", "exercise": "true, false or a table", "baselines": "a list of strings",
-               "forms": "a list of strings"}
+               "forms": "a list of strings", "grade_dtypes": "a list of strings"}
 FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
@@ -126,6 +126,7 @@ class Family:
     values: dict = field(default_factory=dict)  # [values]: the input given as a list; its length sets `size`
     baselines: tuple[str, ...] = ()  # what spec.py times the kernel against, by name: checked before torch loads
     exercise: bool | dict = False  # true: show and eject give the starter; a table: a folder kplay start wrote
+    grade_dtypes: tuple[str, ...] = ()  # what kplay check grades (empty: every dtype)
     forms: tuple[str, ...] = ()  # FORMS the op takes: the check runs the requested size in each
 
     @property
@@ -290,6 +291,9 @@ def _family(path: Path, raw: dict) -> Family:
     for dtype in dtypes:
         if dtype not in DTYPES:
             raise ValueError(f"dtypes: unknown dtype '{dtype}'; {did_you_mean(dtype, DTYPES)}")
+    for dtype in raw.get("grade_dtypes", ()):
+        if dtype not in dtypes:
+            raise ValueError(f"grade_dtypes: '{dtype}' is not one of the dtypes ({', '.join(dtypes)})")
     variants = _variants(raw.get("variants", {}), path, tuple(raw.get("includes", ())))
     default = raw.get("default_variant", "")
     if default not in ("", "all", *variants):
@@ -311,6 +315,7 @@ def _family(path: Path, raw: dict) -> Family:
         default_variant=default,
         baselines=tuple(dict.fromkeys(raw.get("baselines", ()))),
         exercise=_exercise(raw.get("exercise", False)),
+        grade_dtypes=tuple(raw.get("grade_dtypes", ())),
         forms=_forms(raw.get("forms", [])),
     )
 

@@ -326,11 +326,15 @@ def _printed(v: dict) -> list:
 
 
 def family_table(families: list[dict]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    """`kplay list`: a row per family; a variant marked * is an exercise (kplay start NAME/VARIANT DIR)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  caption="* an exercise: kplay start NAME/VARIANT DIR" if any(f["exercises"] for f in families) else None,
+                  caption_justify="left")
     for col in ("kernel", "summary", "variants", "devices"):
         table.add_column(col, ratio={"summary": 3, "variants": 2}.get(col), no_wrap=col in ("kernel", "devices"))
     for f in families:
-        table.add_row(f["name"], f["summary"], ", ".join(f["variants"]), ", ".join(f["devices"]))
+        variants = ", ".join(v + "*" * (v in f["exercises"]) for v in f["variants"])
+        table.add_row(f["name"], f["summary"], variants, ", ".join(f["devices"]))
     return table
 
 

@@ -88,7 +88,8 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         **({"default_variant": fam.default_variant} if fam.default_variant in ("all", *(v.name for v in variants)) else {}),
         **({"baselines": list(fam.baselines)} if fam.baselines else {}),
         **({"forms": list(fam.forms)} if fam.forms else {}),
-        **({"exercise": exercise or fam.exercise} if exercise or fam.exercise else {}),
+        **({"grade_dtypes": list(fam.grade_dtypes)} if fam.grade_dtypes else {}),
+        **({"exercise": exercise} if exercise else {}),  # a folder kplay start wrote; an ejected one is the user's
         **({"default_variant": exercise["variant"]} if exercise else {}),
         **({"values": fam.values} if fam.values else {}),
         "sizes": {k: _size_table(fam, k) for k in fam.sizes},

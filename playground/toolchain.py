@@ -135,6 +135,9 @@ def setup_env() -> None:
     home = cuda_home()
     if home:
         os.environ["CUDA_HOME"] = home
+        ext = sys.modules.get("torch.utils.cpp_extension")  # imported before: it froze its own guess (a notebook's
+        if ext is not None and ext.CUDA_HOME != home:      # /usr/local, from nvcc's symlink), which links no cudart
+            ext.CUDA_HOME = home
     if "TORCH_CUDA_ARCH_LIST" not in os.environ:
         import torch
 

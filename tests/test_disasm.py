@@ -103,15 +103,15 @@ def test_nvdisasm_is_found_in_the_pip_wheel(tmp_path, monkeypatch):
 @pytest.mark.nvcc
 def test_kernel_naming_no_kernel_lists_the_kernels(kplay):
     result = kplay("show", "sum", "--variant", "fast", "--ptx", "--kernel", "nope", "--solution")
-    assert result.exit_code == 2
+    assert result.exit_code == 2, result.output
     assert "--kernel nope" in result.stderr and "sum_fast_kernel<float>, sum_fast_kernel<double>" in result.stderr
     errors = [line for line in result.stderr.splitlines() if not line.startswith("✓")]  # a fresh build says so first
     assert len(errors) == 1 and errors[0].startswith("error: --kernel nope")
 
 
 def test_asm_of_sum_cpp_puts_the_vector_adds_under_the_lane_loop(kplay):
-    lane = line_of(SUM / "sum.cpp", "lane[l] += x[i + j + l]")
-    r = show_json(kplay, "sum", "--asm", "--kernel", "sum_range<float>")
+    lane = line_of(SUM / "sum.cpp", "++l) lane[l] += x[i + j + l]")
+    r = show_json(kplay, "sum", "--asm", "--kernel", "sum_range<float>", "--solution")
     assert [f["name"] for f in r["functions"]] == ["double sum_range<float>(float const*, long, long)"]
     under = [c for g in groups(r, SUM / "sum.cpp") if g["line"] == lane for c in g["code"]]
     assert under and all(g["source"] for g in groups(r, SUM / "sum.cpp"))
@@ -119,13 +119,13 @@ def test_asm_of_sum_cpp_puts_the_vector_adds_under_the_lane_loop(kplay):
         assert any("addps" in c for c in under)  # packed adds: the loop is vectorized
     loop = next(loop for loop in r["loops"] if loop["line"] == lane)
     assert loop["file"] == str(SUM / "sum.cpp") and loop["vectorized"] == loop["copies"] > 0
-    table = kplay("show", "sum", "--asm", "--kernel", "sum_range<float>")
+    table = kplay("show", "sum", "--asm", "--kernel", "sum_range<float>", "--solution")
     assert table.exit_code == 0 and f"sum.cpp:{lane} vectorized" in table.stdout
 
 
 def test_run_of_sum_cpp_shows_the_vectorization_line(kplay):
     """CI acceptance: the vectorization line shows for sum cpp, from the build, cached or not; --explain lists it."""
-    lane = line_of(SUM / "sum.cpp", "lane[l] += x[i + j + l]")
+    lane = line_of(SUM / "sum.cpp", "++l) lane[l] += x[i + j + l]")
     for _ in range(2):  # the second run is a cached build: the remarks were kept with it
         result = kplay("run", "sum", "--n", "1e4", "--device", "cpu", "--no-bench", "--json")
         assert result.exit_code == 0, result.output
@@ -211,3 +211,17 @@ def test_show_after_a_clean_in_the_same_process_builds_again(kplay, own_cache, t
     assert again["functions"] == first["functions"] and again["loops"] == first["loops"]
     result = kplay("run", folder, "--n", "1e3", "--device", "cpu", "--no-bench", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["variants"][0]["build"]["loops"] == first["loops"]
+
+
+def test_a_cuda_home_torch_guessed_before_kplay_ran_is_set_right(monkeypatch):
+    """torch.utils.cpp_extension fixes CUDA_HOME when first imported (a notebook may import it first, with
+    /usr/local guessed from nvcc's symlink): kplay's set-up puts the real root there, or the link misses cudart."""
+    import torch.utils.cpp_extension as ext
+
+    from playground import toolchain
+
+    if not toolchain.cuda_home():
+        pytest.skip("no CUDA toolkit here")
+    monkeypatch.setattr(ext, "CUDA_HOME", "/nowhere")
+    toolchain.setup_env()
+    assert ext.CUDA_HOME == toolchain.cuda_home()

@@ -30,9 +30,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_backward(const at::Tensor&
                                                                const at::Tensor& x,
                                                                const at::Tensor& weight) {
   check_shapes(x, weight);
-  at::Tensor grad_input = at::mm(grad_out, weight);    // (batch, out) x (out, in)
-  at::Tensor grad_weight = at::mm(grad_out.t(), x);    // (out, batch) x (batch, in): shaped like weight
-  at::Tensor grad_bias = grad_out.sum(0);              // the bias was added to every row
+  // kplay:todo grad_input = grad_out W: at::mm of (batch, out) and (out, in), shaped like x.
+  // kplay:why y[i][j] = sum over k of x[i][k] W[j][k] + b[j]: x[i][k] reaches every y[i][j] through W[j][k], so
+  // kplay:why its gradient sums grad_out[i][j] W[j][k] over j, a row of grad_out times W.
+  at::Tensor grad_input = at::mm(grad_out, weight);  // (batch, out) x (out, in)
+  // kplay:stub
+  // at::Tensor grad_input = x.new_zeros(x.sizes());
+  // kplay:end
+  // kplay:todo grad_weight = grad_out^T x: at::mm of (out, batch) and (batch, in), shaped like weight.
+  // kplay:why W[j][k] multiplies x[i][k] into y[i][j] for every row i of the batch: its gradient adds
+  // kplay:why grad_out[i][j] x[i][k] over i, which is the product over the batch.
+  at::Tensor grad_weight = at::mm(grad_out.t(), x);  // (out, batch) x (batch, in)
+  // kplay:stub
+  // at::Tensor grad_weight = weight.new_zeros(weight.sizes());
+  // kplay:end
+  // kplay:todo grad_bias = grad_out summed over the batch (dim 0): one value per output feature.
+  // kplay:why b[j] is added to y[i][j] in every row i, so each row's gradient adds to it.
+  at::Tensor grad_bias = grad_out.sum(0);
+  // kplay:stub
+  // at::Tensor grad_bias = weight.new_zeros({weight.size(0)});
+  // kplay:end
   // The post wrote `return grad_input, grad_weight, grad_bias;`: the comma operator keeps only grad_bias.
   return {grad_input, grad_weight, grad_bias};
 }

@@ -54,18 +54,39 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> lltm_backward(const Tensor& g
   const int64_t state = new_cell.size(1);
   auto g = gates.chunk(3, /*dim=*/1);  // input_gate, output_gate, candidate_cell
   const Tensor tanh_cell = new_cell.tanh();
+  // kplay:todo d_new_cell = tanh'(new_cell) * grad_h * output gate + grad_cell (at::tanh_backward(g, tanh_cell)).
+  // kplay:why new_h = tanh(new_cell) * output gate, and new_cell is also an output itself: the gradients of
+  // kplay:why the two paths add. at::tanh_backward(g, t) is g * (1 - t^2), from the activation t kept.
   const Tensor d_new_cell = at::tanh_backward(grad_h.mul(g[1]), tanh_cell).add_(grad_cell);  // = d_old_cell
+  // kplay:stub
+  // const Tensor d_new_cell = grad_cell.mul(0);
+  // kplay:end
 
   Tensor d_gates = at::empty_like(gates);
   auto d = d_gates.chunk(3, /*dim=*/1);
+  // kplay:todo Each gate's gradient into d[0], d[1], d[2]: at::sigmoid_backward_out twice, then at::elu_backward_out.
+  // kplay:why new_cell = old_cell + candidate * input gate, new_h = tanh(new_cell) * output gate: the input
+  // kplay:why gate gets d_new_cell * candidate, the output gate grad_h * tanh(new_cell), the candidate
+  // kplay:why d_new_cell * input gate, each times its activation's derivative (is_result: from the output).
   at::sigmoid_backward_out(d[0], d_new_cell.mul(g[2]), g[0]);  // input gate
   at::sigmoid_backward_out(d[1], grad_h.mul(tanh_cell), g[1]);  // output gate
   at::elu_backward_out(d[2], d_new_cell.mul(g[0]), /*alpha=*/1, /*scale=*/1, /*input_scale=*/1,
                        /*is_result=*/true, g[2]);
+  // kplay:stub
+  // d_gates.zero_();
+  // kplay:end
 
+  // kplay:todo Through gates = X weights^T + bias: d_weights = d_gates^T X, d_bias, d_X = d_gates weights.
+  // kplay:why A linear layer's three gradients; d_bias is d_gates summed over the batch, shaped like bias
+  // kplay:why (the tutorial's keepdim=true adds a dimension).
   Tensor d_weights = d_gates.t().mm(X);
-  Tensor d_bias = d_gates.sum(/*dim=*/0);  // shaped like bias (the tutorial's keepdim=true adds a dimension)
+  Tensor d_bias = d_gates.sum(/*dim=*/0);
   Tensor d_X = d_gates.mm(weights);
+  // kplay:stub
+  // Tensor d_weights = weights.mul(0);
+  // Tensor d_bias = weights.new_zeros({weights.size(0)});
+  // Tensor d_X = X.mul(0);
+  // kplay:end
   Tensor d_old_h = d_X.narrow(/*dim=*/1, 0, state);
   Tensor d_input = d_X.narrow(/*dim=*/1, state, X.size(1) - state).clone();
   return {d_input, d_weights, d_bias, d_old_h, d_new_cell};

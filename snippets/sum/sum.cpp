@@ -26,8 +26,12 @@ double sum_range(const T* x, int64_t begin, int64_t end) {
   int64_t i = begin;
   for (; i + kBlock <= end; i += kBlock) {
     T lane[kLanes] = {};
+    // kplay:todo Add the block into the lanes: lane[l] += x[i + j + l] for j = 0, kLanes, ... and l < kLanes.
+    // kplay:why One accumulator waits for each add to finish; kLanes independent ones keep several vector
+    // kplay:why adds in flight, and the compiler turns the inner loop over l into SIMD instructions.
     for (int64_t j = 0; j < kBlock; j += kLanes)
       for (int64_t l = 0; l < kLanes; ++l) lane[l] += x[i + j + l];
+    // kplay:end
     for (int64_t l = 0; l < kLanes; ++l) acc[l] += lane[l];
   }
   T lane[kLanes] = {};  // what is left (less than a block): whole rows of lanes, still in T
@@ -35,7 +39,11 @@ double sum_range(const T* x, int64_t begin, int64_t end) {
     for (int64_t l = 0; l < kLanes; ++l) lane[l] += x[i + l];
   double total = 0;
   for (int64_t l = 0; l < kLanes; ++l) total += lane[l];
-  for (; i < end; ++i) total += x[i];  // the tail: the blog post's kernel never summed it
+  // kplay:todo Add the tail: the elements after the last whole row of lanes, one by one.
+  // kplay:why n is rarely a multiple of kLanes: without the tail, n = 1, 31 or 1025 sum wrong (the blog
+  // kplay:why post's kernel never summed it).
+  for (; i < end; ++i) total += x[i];
+  // kplay:end
   for (int64_t l = 0; l < kLanes; ++l) total += acc[l];
   return total;
 }
@@ -47,10 +55,14 @@ double sum_all(const T* x, int64_t n) {
   if (n <= kChunk) return sum_range(x, 0, n);  // one chunk: no task to hand out (small n is all call overhead)
   int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks);
+  // kplay:todo Sum the chunks in parallel: parallel_for(0, chunks, 1, lambda) sets partial[c] = sum_range of chunk c.
+  // kplay:why Chunk c is x[c * kChunk, min(n, (c + 1) * kChunk)). Each task writes only its own partials, so
+  // kplay:why threads share nothing, and adding the partials in order gives one answer on 1 thread or 64.
   torch::stable::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
     for (int64_t c = first; c < last; ++c)
       partial[c] = sum_range(x, c * kChunk, std::min(n, (c + 1) * kChunk));
   });
+  // kplay:end
   double total = 0;
   for (double p : partial) total += p;
   return total;
