@@ -645,23 +645,28 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
 
 @app.command()
 @friendly
-def start(name: Annotated[str, typer.Argument(help="NAME or NAME/VARIANT, e.g. sum/shuffle.", show_default=False)],
+def start(exercise_: Annotated[str, typer.Argument(metavar="NAME", help="NAME or NAME/VARIANT, e.g. sum/shuffle.",
+                                                   show_default=False)],
           folder: Annotated[Path, typer.Argument(help="The student's folder (must be empty).", show_default=False)],
-          param: Params = None, force: Force = False, path: Path_ = None):
+          param: Params = None, force: Force = False, path: Path_ = None,
+          name: Annotated[Optional[str], typer.Option("--name", help="The student's name in the folder's records "
+                                                                     "(default: $KPLAY_STUDENT, else the login and this start's id).")] = None):
     """Write an exercise's starter: each marked region a numbered TODO; it compiles and fails the check."""
     from playground import exercise
 
-    fam_name, variant = (name, None) if Path(name).exists() or "/" not in name else name.rsplit("/", 1)
+    fam_name, variant = ((exercise_, None) if Path(exercise_).exists() or "/" not in exercise_
+                         else exercise_.rsplit("/", 1))
     fam = registry.find(fam_name, path)
     v = exercise.pick(fam, variant, gpu=variant is None and _has_gpu())
     with _progress():
-        written = exercise.start(fam, v, folder, fam.parse_params(param or []), force)
+        written = exercise.start(fam, v, folder, fam.parse_params(param or []), force, name)
     for f in written:
         out.print(f"wrote {f}", soft_wrap=True)
     out.print(f"fill in the TODOs, then: [b]kplay check {_as_path(folder)}[/b] (stuck? [b]kplay hint {_as_path(folder)}[/b])")
 
 
-Student = Annotated[Optional[str], typer.Option("--name", help="The student's name in the record (default: the folder's owner).")]
+Student = Annotated[Optional[str], typer.Option("--name", help="The student's name in the record (default: the one "
+                                                                 "kplay start wrote in the folder).")]
 
 
 @app.command()
@@ -674,8 +679,13 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
     """
     from playground import exercise
 
-    with _progress() as on_event:
-        rec = exercise.grade(folder, device.value, name, on_event, timeout)
+    try:
+        with _progress() as on_event:
+            rec = exercise.grade(folder, device.value, name, on_event, timeout)
+    except UsageError as e:
+        if json_:  # one record whatever happened: the board says "could not run" instead of refusing the class
+            print(json.dumps(exercise.unusable(folder, name, e), indent=2))
+        raise
     if json_:
         print(json.dumps(rec, indent=2))
         raise typer.Exit(rec["exit_code"])
@@ -699,13 +709,16 @@ def _show_part(part: dict, run: dict | None) -> None:
 
 @app.command()
 @friendly
-def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)]):
-    """Show the exercise's next hint (what, then why); kplay remembers which were shown."""
+def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)],
+         number: Annotated[Optional[int], typer.Argument(help="Show this hint again.", show_default=False)] = None):
+    """Show the exercise's next hint (what, then why), or hint NUMBER again; kplay remembers how far you got."""
     from playground import exercise
 
-    found, shown, total = exercise.next_hint(folder)
+    found, shown, total = exercise.next_hint(folder, number)
     if found is None:
-        out.print(f"no more hints: all {total} shown (they are the TODOs in the sources)")
+        out.print(f"no more hints: all {total} shown; [b]kplay hint {_as_path(folder)} N[/b] shows hint N again:")
+        for h in exercise.table(folder)["hints"]:
+            out.print(f"  {h['number']}. {escape(h['what'])}", highlight=False)
         return
     out.print(f"[b]hint {found['number']}/{total}[/b] · TODO {found['number']} in {escape(found['file'])}", highlight=False)
     out.print(f"  what: {escape(found['what'])}", highlight=False)
@@ -728,8 +741,11 @@ def board(results: Results = None,
     from playground import board as b
     from playground.board_page import page
 
-    groups = b.rank(b.load([str(p) for p in results or []]))
+    entries, warnings = b.load([str(p) for p in results or []])
+    groups = b.rank(entries)
     b.targets(out_dir)  # a file kplay did not write is refused before the table
+    for warning in warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     out.print(b.table(groups))
     for written in b.write(groups, out_dir, page(groups)):
         out.print(f"wrote {written}", highlight=False, soft_wrap=True)

@@ -76,21 +76,36 @@ class Ranked:
 
 # ---- reading the records ----------------------------------------------------------------------------------
 
-def load(paths: list[str]) -> list[Entry]:
-    """Every file's entry; a file that is not a check record, or a student twice on one exercise, is one UsageError."""
+def load(paths: list[str]) -> tuple[list[Entry], list[str]]:
+    """Every record's entry, and a warning for each file skipped: one that is not a check record (empty, or
+    another tool's), or an older record of a student already on that exercise. A path that is not there is an
+    error (a typo); a class is never refused for one student's file."""
     if not paths:
         raise UsageError("kplay board needs RESULTS files: each the output of kplay check --json")
-    entries, seen, files = [], {}, set()
+    entries: dict[tuple[str, str], Entry] = {}
+    warnings, files = [], set()
     for path in map(Path, paths):
         if path.resolve() in files:  # the same file twice (`*.json ada.json`): once
             continue
         files.add(path.resolve())
-        e = read(path)
-        other = seen.setdefault((e.student, e.exercise), path)
-        if other != path:
-            raise UsageError(f"{path}: {e.student} is on {e.exercise} already, from {other} (one file per student)")
-        entries.append(e)
-    return entries
+        try:
+            e = read(path)
+        except Unreadable as bad:
+            warnings.append(str(bad))
+            continue
+        other = entries.get((e.student, e.exercise))
+        if other is not None:
+            old, new = sorted([other, e], key=lambda x: Path(x.file).stat().st_mtime)
+            warnings.append(f"{old.file} and {new.file} are both {e.student} on {e.exercise}: kept {new.file}, the newer")
+            e = new
+        entries[(e.student, e.exercise)] = e
+    if not entries:
+        raise UsageError(f"no check record among the {len(files)} file{'s' * (len(files) != 1)}: " + "; ".join(warnings))
+    return list(entries.values()), [w if " are both " in w else f"skipped {w}" for w in warnings]
+
+
+class Unreadable(UsageError):
+    """A file that is there but is no check record: the board skips it."""
 
 
 def read(path: Path) -> Entry:
@@ -103,9 +118,11 @@ def read(path: Path) -> Entry:
     try:  # bytes: json finds UTF-16 itself (PowerShell's `>` writes it); a UTF-8 BOM is dropped
         data = json.loads(path.read_bytes().removeprefix(b"\xef\xbb\xbf"))
     except UnicodeDecodeError:
-        raise UsageError(f"{path}: not JSON (not even text); expected the output of kplay check --json") from None
+        raise Unreadable(f"{path}: not JSON (not even text); expected the output of kplay check --json") from None
     except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: not JSON ({e.msg} at line {e.lineno}); expected the output of kplay check --json") from None
+        if not path.read_bytes().strip():
+            raise Unreadable(f"{path}: empty (a check that printed nothing)") from None
+        raise Unreadable(f"{path}: not JSON ({e.msg} at line {e.lineno}); expected the output of kplay check --json") from None
     except OSError as e:
         raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
     return entry(data, path)
@@ -114,10 +131,10 @@ def read(path: Path) -> Entry:
 def entry(data, path: Path) -> Entry:
     """A parsed record as an Entry, after checking it has the fields a check record has."""
     if not isinstance(data, dict):
-        raise UsageError(f"{path}: not a kplay check --json record (a JSON {type(data).__name__}, not an object)")
+        raise Unreadable(f"{path}: not a kplay check --json record (a JSON {type(data).__name__}, not an object)")
     missing = [k for k in NEEDED if k not in data]
     if missing:
-        raise UsageError(f"{path}: not a kplay check --json record (no {', '.join(missing)})")
+        raise Unreadable(f"{path}: not a kplay check --json record (no {', '.join(missing)})")
     wrong = [k for k, t in NEEDED.items() if not isinstance(data[k], t) or isinstance(data[k], bool)]
     failures = data["failures"]
     if "failures" not in wrong and not all(isinstance(n, int) and not isinstance(n, bool) for n in failures.values()):
@@ -128,7 +145,9 @@ def entry(data, path: Path) -> Entry:
     if not {"passed", "checked"} & set(wrong) and not 0 <= data["passed"] <= data["checked"]:
         wrong.append("passed")
     if wrong:
-        raise UsageError(f"{path}: not a kplay check --json record ({', '.join(wrong)} of the wrong type)")
+        raise Unreadable(f"{path}: not a kplay check --json record ({', '.join(wrong)} of the wrong type)")
+    if not data["family"]:
+        raise Unreadable(f"{path}: no exercise ran: {data.get('error', 'a record without its family')}")
     name = data.get("student")
     return Entry(student=name.strip() if isinstance(name, str) and name.strip() else path.stem,
                  exercise=f"{data['family']}/{data['variant']}", passed=data["passed"], checked=data["checked"],

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import tempfile
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 
@@ -58,8 +60,10 @@ def _hints(fam, variant, params) -> list[Hint]:
     return starter_files(files, fam.path)[1]
 
 
-def start(fam: registry.Family, variant: registry.Variant, folder: Path, params: dict, force: bool = False) -> list[Path]:
-    """Write the starter of one variant into folder, after building it once (a marking that breaks the build is refused)."""
+def start(fam: registry.Family, variant: registry.Variant, folder: Path, params: dict, force: bool = False,
+          name: str | None = None) -> list[Path]:
+    """Write the starter of one variant into folder, after building it once (a marking that breaks the build is
+    refused). The folder's exercise record names its student (`name`, else $KPLAY_STUDENT) and this start's id."""
     from .scaffold import eject
 
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not force:
@@ -67,10 +71,13 @@ def start(fam: registry.Family, variant: registry.Variant, folder: Path, params:
     hints = _hints(fam, variant, params)
     if not hints:
         raise UsageError(f"{fam.name}/{variant.name} has no // kplay:todo regions: nothing to start")
-    table = {"family": fam.name, "variant": variant.name, "hints": [asdict(h) for h in hints]}
+    who = (name or os.environ.get("KPLAY_STUDENT", "")).strip()
+    table = {"family": fam.name, "variant": variant.name, **({"student": who} if who else {}),
+             "id": uuid.uuid4().hex[:6], "hints": [asdict(h) for h in hints]}
     with tempfile.TemporaryDirectory(prefix="kplay-starter-") as tmp:
         eject(fam, Path(tmp), [variant], params, starter=True, exercise=table)
         _compiles(registry.load_family(Path(tmp)), variant, params, f"{fam.name}/{variant.name}", tmp)
+    (folder / HINTS_FILE).unlink(missing_ok=True)  # a fresh start: no hint seen yet
     return eject(fam, folder, [variant], params, force=True, starter=True, exercise=table)
 
 
@@ -98,26 +105,46 @@ def table(folder: Path) -> dict:
     return found
 
 
-def next_hint(folder: Path) -> tuple[dict | None, int, int]:
-    """The next hint (None once all were shown), how many were shown before, how many there are; it is remembered."""
+def next_hint(folder: Path, number: int | None = None) -> tuple[dict | None, int, int]:
+    """The next hint, or hint `number` again (None once all were shown), how many were shown before, how many
+    there are; how far the student got is remembered."""
     hints = table(folder)["hints"]
     seen = folder / HINTS_FILE
     try:
         shown = int(json.loads(seen.read_text())["shown"])
     except (OSError, ValueError, KeyError, TypeError):
         shown = 0
-    if shown >= len(hints):
+    if number is not None and not 1 <= number <= len(hints):
+        raise UsageError(f"hint {number}: this exercise has hints 1 to {len(hints)}")
+    k = shown if number is None else number - 1
+    if k >= len(hints):
         return None, shown, len(hints)
-    seen.write_text(json.dumps({"shown": shown + 1}) + "\n")
-    return hints[shown], shown, len(hints)
+    seen.write_text(json.dumps({"shown": max(shown, k + 1)}) + "\n")
+    return hints[k], shown, len(hints)
 
 
 def student(folder: Path) -> str:
-    """Who owns the folder (the student's login), else who runs kplay."""
+    """Who the record is for: the name `kplay start` was given (or $KPLAY_STUDENT then), else the login and the
+    start's id, so that two folders of one shared login are two students."""
+    ex = table(folder)
+    if ex.get("student"):
+        return ex["student"]
     try:
-        return folder.owner()
+        login = folder.owner()
     except (KeyError, NotImplementedError, OSError):
-        return getpass.getuser()
+        login = getpass.getuser()
+    return f"{login}-{ex['id']}" if ex.get("id") else login
+
+
+def unusable(folder: Path, name: str | None, error: KplayError) -> dict:
+    """`check --json`'s record when no dtype could run (a CUDA exercise with no GPU): the reason, for the board."""
+    try:
+        ex, who = table(folder), name or student(folder)
+    except KplayError:
+        ex, who = {"family": "", "variant": ""}, name or folder.name
+    return {"student": who, "family": ex["family"], "variant": ex["variant"], "passed": 0, "checked": 0,
+            "failures": {}, "speedup": None, "baseline": None, "exit_code": error.exit_code, "dtypes": [],
+            "error": str(error), "what": f"could not run: {error}", "run": {}}
 
 
 def graded(fam: registry.Family) -> list[str]:

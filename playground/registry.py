@@ -47,7 +47,8 @@ PARAM_KEYS = {"default": "an integer or a string", "choices": "a list", "min": "
               "help": "a string"}
 VALUES_KEYS = {"size": "a string", "help": "a string"}
 BENCH_KEYS = {"size": "a string", "tie": "a list of strings", "sizes": "a string"}
-EXERCISE_KEYS = {"family": "a string", "variant": "a string", "hints": "a list of tables"}  # written by kplay start
+EXERCISE_KEYS = {"family": "a string", "variant": "a string", "student": "a string", "id": "a string",
+                 "hints": "a list of tables"}  # written by kplay start
 HINT_KEYS = {"number": "an integer", "file": "a string", "line": "an integer", "what": "a string", "why": "a string"}
 
 

@@ -88,7 +88,7 @@ def test_ranked_by_cases_passed_then_speedup_and_ties_share_a_rank(tmp_path):
                   record("half", passed=5, failures={"wrong value": 4, "stale result": 1}),
                   record("most", passed=9, failures={"wrong value": 1}), record("none", passed=0, failures={"other": 10}),
                   record("alsofast", speedup=2.5), record("broken", passed=0, checked=0, failures={"build": 1}))
-    groups = board.rank(board.load([str(p) for p in paths]))
+    groups = board.rank(board.load([str(p) for p in paths])[0])
     assert [(k, e.student) for k, e in groups[0].rows] == [
         (1, "alsofast"), (1, "fast"), (3, "slow"), (4, "most"), (5, "half"), (6, "broken"), (6, "none")]
     result = invoke("board", *paths, "--out", tmp_path)
@@ -108,7 +108,7 @@ def test_speedups_the_same_within_their_noise_share_a_rank(tmp_path):
     noisy = lambda name, speedup, noise: {**record(name, speedup=speedup), "speedup_noise": noise}
     paths = files(tmp_path / "in", noisy("ada", 1.10, 0.05), noisy("bob", 1.08, 0.05), noisy("cy", 1.08, 0.001),
                   noisy("dee", 0.90, 0.001))
-    groups = board.rank(board.load([str(p) for p in paths]))
+    groups = board.rank(board.load([str(p) for p in paths])[0])
     assert [(k, e.student) for k, e in groups[0].rows] == [(1, "ada"), (1, "bob"), (1, "cy"), (4, "dee")]
 
 
@@ -150,13 +150,41 @@ def test_the_student_is_the_records_name_else_the_files_stem(tmp_path):
     (json.dumps({**record("x"), "passed": -5, "checked": 3}), "not a kplay check --json record (passed of the wrong type)"),
     (json.dumps({**record("x"), "passed": 4, "checked": 3}), "not a kplay check --json record (passed of the wrong type)"),
 ])
-def test_a_file_that_is_not_a_check_record_is_one_line_naming_it(tmp_path, text, message):
+def test_a_file_that_is_not_a_check_record_is_skipped_with_one_warning(tmp_path, text, message):
+    """One student's broken file never refuses the class; a board of nothing but such files is an error."""
     good, bad = files(tmp_path, record("ada"))[0], tmp_path / "bob.json"
     bad.write_text(text)
     result = invoke("board", good, bad, "--out", tmp_path / "out")
-    assert result.exit_code == 2 and result.stdout == "", result.output
-    assert result.stderr.splitlines() == [f"error: {bad}: {message}"], result.stderr
-    assert not (tmp_path / "out").exists()
+    assert result.exit_code == 0 and [r["student"] for r in csv_of(tmp_path / "out")] == ["ada"], result.output
+    assert result.stderr.splitlines() == [f"warning: skipped {bad}: {message}"], result.stderr
+    alone = invoke("board", bad, "--out", tmp_path / "alone")
+    assert alone.exit_code == 2 and alone.stderr.splitlines() == [
+        f"error: no check record among the 1 file: {bad}: {message}"], alone.stderr
+    assert not (tmp_path / "alone").exists()
+
+
+def test_an_empty_file_is_skipped_and_a_could_not_run_record_is_ranked_last(kplay, tmp_path, monkeypatch):
+    """`check --json` writes one record also when nothing could run (a CUDA exercise without a GPU), with the
+    one line on stderr and exit 2; the board shows why."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    folder = tmp_path / "dee"
+    assert kplay("eject", "sum", folder, "--variant", "shuffle", "--starter").exit_code == 0
+    with open(folder / "task.toml", "a") as f:  # what kplay start adds, without its nvcc build
+        f.write('\n[exercise]\nfamily = "sum"\nvariant = "shuffle"\nstudent = "dee"\nid = "abc123"\nhints = []\n')
+    result = kplay("check", folder, "--json")
+    assert result.exit_code == 2 and "has only cuda variants" in result.stderr, result.output
+    rec = json.loads(result.stdout)
+    assert (rec["student"], rec["family"], rec["variant"], rec["exit_code"]) == ("dee", "sum", "shuffle", 2)
+    (tmp_path / "dee.json").write_text(result.stdout)
+    (tmp_path / "cy.json").write_text("")
+    good = files(tmp_path / "in", record("ada"))[0]
+    shown = invoke("board", good, tmp_path / "dee.json", tmp_path / "cy.json", "--out", tmp_path / "out")
+    assert shown.exit_code == 0, shown.output
+    assert shown.stderr.splitlines() == [f"warning: skipped {tmp_path / 'cy.json'}: empty (a check that printed nothing)"]
+    rows = [line for line in shown.stdout.splitlines() if line[:1].isdigit()]
+    assert rows[0].split()[1] == "ada" and "dee" in rows[1] and "could not run: sum in" in rows[1], rows
+    assert "could not run: sum in" in (tmp_path / "out" / "board.html").read_text()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -170,13 +198,15 @@ def test_no_files_or_a_missing_one_is_one_line_exit_2(tmp_path, args, message):
     assert result.exit_code == 2 and result.stderr.splitlines() == [f"error: {message.format(tmp=tmp_path)}"], result.output
 
 
-def test_a_student_twice_on_one_exercise_is_refused(tmp_path):
+def test_a_student_twice_on_one_exercise_keeps_the_newer_record(tmp_path):
     one, two = tmp_path / "ada.json", tmp_path / "ada-again.json"
-    one.write_text(json.dumps(record("ada")))
     two.write_text(json.dumps(record("ada", passed=3)))
+    one.write_text(json.dumps(record("ada")))
+    os.utime(two, (1e9, 1e9))  # ada-again.json is the older
     result = invoke("board", one, two, "--out", tmp_path)
-    assert result.exit_code == 2 and result.stderr.splitlines() == [
-        f"error: {two}: ada is on sum/shuffle already, from {one} (one file per student)"]
+    assert result.exit_code == 0 and [r["passed"] for r in csv_of(tmp_path)] == ["10"], result.output
+    assert result.stderr.splitlines() == [
+        f"warning: {two} and {one} are both ada on sum/shuffle: kept {one}, the newer"], result.stderr
 
 
 def test_the_same_file_twice_counts_once_and_a_formula_name_is_quoted_in_the_csv(tmp_path, monkeypatch):

@@ -315,3 +315,40 @@ def test_a_crash_and_a_hang_say_what_happened_in_the_score_and_on_the_board(kpla
     assert board.exit_code == 0 and "timed out after 2 s while checking" in board.stdout, board.output
     page = (tmp_path / "board.html").read_text()
     assert "crashed: segmentation fault while checking cpp at n=1" in page and "nothing ran" not in page
+
+
+def test_two_folders_of_one_login_are_two_students_and_start_names_its_student(kplay, tmp_path, monkeypatch):
+    """A lab image or JupyterHub: one login for the class. Without --name each start is its own student (the
+    login and the start's id); --name or $KPLAY_STUDENT at start names the folder's records."""
+    monkeypatch.delenv("KPLAY_STUDENT", raising=False)
+    records = []
+    for folder in (tmp_path / "a" / "me", tmp_path / "b" / "me"):
+        assert kplay("start", "print_array/cpp", folder).exit_code == 0
+        result = kplay("check", folder, "--json")
+        records.append(folder.parent / "me.json")
+        records[-1].write_text(result.stdout)
+    names = [json.loads(r.read_text())["student"] for r in records]
+    assert names[0] != names[1] and all(n.startswith(exercise.getpass.getuser() + "-") for n in names), names
+    board = kplay("board", *records, "--out", tmp_path)
+    assert board.exit_code == 0 and "2 students" in board.stdout, board.output
+    assert kplay("start", "print_array/cpp", tmp_path / "c", "--name", "ada").exit_code == 0
+    assert exercise.student(tmp_path / "c") == "ada"
+    monkeypatch.setenv("KPLAY_STUDENT", "bo")
+    assert kplay("start", "print_array/cpp", tmp_path / "d").exit_code == 0
+    assert exercise.student(tmp_path / "d") == "bo"
+
+
+def test_a_hint_can_be_shown_again_and_start_force_forgets_the_hints_seen(kplay, tmp_path):
+    folder = tmp_path / "me"
+    assert kplay("start", "sum/cpp", folder).exit_code == 0
+    assert "hint 1/3 · TODO 1" in kplay("hint", folder).stdout
+    assert "hint 2/3 · TODO 2" in kplay("hint", folder).stdout
+    again = kplay("hint", folder, "1")
+    assert again.exit_code == 0 and "hint 1/3 · TODO 1" in again.stdout
+    assert "hint 3/3 · TODO 3" in kplay("hint", folder).stdout  # the next is still the next
+    done = kplay("hint", folder)
+    assert "no more hints: all 3 shown" in done.stdout and "  3. Sum the chunks in parallel" in done.stdout
+    wrong = kplay("hint", folder, "4")
+    assert wrong.exit_code == 2 and "hint 4: this exercise has hints 1 to 3" in wrong.stderr
+    assert kplay("start", "sum/cpp", folder, "--force").exit_code == 0
+    assert "hint 1/3 · TODO 1" in kplay("hint", folder).stdout
