@@ -320,7 +320,6 @@ def watch(ctx: typer.Context,
 def _sanitized(req, tool: str, on_event) -> dict:
     from playground import sanitize
 
-    _need_gpu(f"--sanitize {tool}")
     return sanitize.run(req, tool, on_event)
 
 
@@ -350,6 +349,7 @@ def _sanitized_device(tool: str, device: Device) -> Device:
     sanitize.tool_name(tool)
     if device == Device.cpu:
         raise UsageError("--sanitize checks CUDA kernels: drop --device cpu")
+    _need_gpu(f"--sanitize {tool}")  # before the tool: installing it would not help a machine with no GPU
     sanitize.executable()
     return Device.cuda
 

@@ -333,7 +333,7 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, 
     if cuda and not result.ok and moved(out, made):
         result = dataclasses.replace(result, mismatches=[f"{case}: {LATE}", *result.mismatches])
     for k in _changed(before, inputs):
-        result = failed(f"input {k} was changed by the kernel (it must not write its input)", source, case)
+        result = failed(f"input {k} {CHANGED} (it must not write its input)", source, case)
     return result, printed.text
 
 
@@ -376,6 +376,7 @@ def _mistyped(made, ref, inputs, names: tuple) -> str | None:
 
 LATE = ("the output changed after PyTorch's stream had finished: work still running on another stream "
         "(launch on PyTorch's current stream, or make it wait for yours)")
+CHANGED = "was changed by the kernel"  # an input that differs from its copy after the call
 
 
 def moved(host, made) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import registry, render
+from .check import CHANGED
 from .errors import BuildError, KplayError, UsageError
 from .markers import Hint, starter_files
 
@@ -180,7 +181,7 @@ def kind(case: str, message: str) -> str:
     first line: the check's diagnosis, where it has one (check.REUSED, check.LATE), else the first mismatch."""
     if case.endswith(" reused") and "a result kept from an earlier call" in message:
         return "stale result"
-    if "was changed by the kernel" in message:
+    if CHANGED in message:
         return "input changed"
     if "has shape" in message or "outputs, expected" in message:
         return "wrong shape"

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .build import BuildInfo
-from .check import Check
+from .check import CHANGED, Check
 from .errors import CHECK_FAILED, PASSED
 from .timing import Stats, same
 
@@ -121,8 +121,13 @@ class RunResult:
         failed = [v for v in self.variants if not v.check.ok]
         if not failed:
             return None
-        return "the timing cannot be trusted" if all(v.untrusted for v in failed) else \
-            "the output does not match the reference"
+        if all(v.untrusted for v in failed):
+            return "the timing cannot be trusted"
+        said = [m for v in failed for m in v.check.failed.values()]
+        changed = [m for m in said if CHANGED in m]
+        if changed and len(changed) == len(said):
+            return "the kernel changed its input"
+        return "the output does not match the reference" + (", and the kernel changed its input" if changed else "")
 
     def to_dict(self) -> dict:
         """Plain JSON data: what --json prints and the tables are built from (inf and NaN become null)."""

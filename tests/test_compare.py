@@ -87,3 +87,21 @@ def test_against_a_values_run_shows_its_values_as_they_are(kplay, tmp_path):
     (tmp_path / "before.json").write_text(first.stdout)
     result = kplay("run", "print_array", "--device", "cpu", "--values", "3,4", "--against", tmp_path / "before.json")
     assert result.exit_code == 2 and "a run of n=2 values=[1, 2]" in " ".join(result.output.split()), result.output
+
+
+def test_a_run_that_only_changed_its_input_says_so_in_its_verdict():
+    from playground.build import BuildInfo
+    from playground.check import CHANGED, Check
+    from playground.results import RunResult, VariantResult
+
+    def run(*messages):
+        check = Check(ok=False, max_abs_err=0.0, tolerance=1.0, tolerance_source="", cases=["n=1", "n=2"],
+                      failed={f"n={k}": m for k, m in enumerate(messages, 1)})
+        v = VariantResult(variant="cpp", note="", build=BuildInfo(name="x", seconds=0.0, cached=True), check=check)
+        return RunResult(family="sum", device="cuda", dtype="float32", seed=0, sizes={}, params={}, torch="",
+                         variants=[v])
+
+    assert run(f"input 0 {CHANGED} (it must not write its input)").why == "the kernel changed its input"
+    assert run("n=1: got 3, expected 2", f"input 0 {CHANGED}").why == (
+        "the output does not match the reference, and the kernel changed its input")
+    assert run("n=1: got 3, expected 2").why == "the output does not match the reference"

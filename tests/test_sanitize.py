@@ -98,6 +98,7 @@ def test_a_crash_is_reported_with_the_findings():
 ])
 def test_sanitize_bad_input_is_one_line(kplay, monkeypatch, args, says):
     monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: "/bin/true")  # the tool is there
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # and a GPU
     result = kplay("run", "sum", *args)
     assert result.exit_code == 2, result.output
     assert says in result.output and len(result.output.strip().splitlines()) == 1
@@ -105,14 +106,16 @@ def test_sanitize_bad_input_is_one_line(kplay, monkeypatch, args, says):
 
 def test_sanitize_without_the_tool_is_one_line_naming_the_package(kplay, monkeypatch):
     monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: None)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # a GPU machine without the tool
     result = kplay("run", "sum", "--sanitize", "racecheck")
     assert result.exit_code == 2
     assert "compute-sanitizer not found: pip install nvidia-cuda-sanitizer-api" in result.output
 
 
 @pytest.mark.skipif(gpu(), reason="the no-GPU message")
-def test_sanitize_without_a_gpu_is_one_line(kplay, monkeypatch):
-    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: "/bin/true")  # the tool is there
+@pytest.mark.parametrize("tool", ["/bin/true", None])  # with the tool, and without it: installing it would not help
+def test_sanitize_without_a_gpu_is_one_line(kplay, monkeypatch, tool):
+    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: tool)
     result = kplay("run", "sum", "--sanitize", "memcheck")
     assert result.exit_code == 2
     assert "--sanitize memcheck: no CUDA GPU is visible here" in result.output and "Traceback" not in result.output
