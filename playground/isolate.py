@@ -22,6 +22,7 @@ from .errors import BuildError, KernelCrash, KplayError, UsageError
 from .request import Request
 
 KINDS = {"UsageError": UsageError, "BuildError": BuildError, "KernelCrash": KernelCrash}
+STOP_POLL_S = 0.1  # how often a run asks stopped_by's callables
 TOOL_GRACE_S = 120  # how long a tool may take to finish its report once the worker is done
 SIGNALS = {signal.SIGSEGV: "segmentation fault", signal.SIGABRT: "abort", signal.SIGBUS: "bus error",
            signal.SIGFPE: "floating-point exception", signal.SIGILL: "illegal instruction",
@@ -55,6 +56,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         error = KINDS.get(err["kind"], KplayError)(err["message"])
         error.details = err.get("details", [])
         raise error
+    if reply.get("superseded"):
+        raise Superseded(f"stopped {phase.removesuffix(READ_ONLY)}: a newer save came in")
     if reply.get("timeout"):
         raise KernelCrash(f"timed out {phase.removesuffix(READ_ONLY)}: a call of the kernel took over {request.timeout:g} s, and may never "
                           "finish (--timeout allows more)")
@@ -250,6 +253,37 @@ def _messages(log: str) -> list[str]:
     return lines[-3:] if not os.environ.get("KPLAY_DEBUG") else log.strip().splitlines()
 
 
+class Superseded(KplayError):
+    """A run stopped because it no longer matters (kplay watch: a newer save); its child was killed."""
+
+
+_STOP: list = []  # callables: one that returns True stops the run in flight (stopped_by)
+
+
+@contextmanager
+def stopped_by(newer):
+    """Runs started inside end early, their child and its compilers killed, once newer() is True (kplay watch:
+    a save during a run, which a hung kernel would otherwise hold until its --timeout)."""
+    _STOP.append(newer)
+    try:
+        yield
+    finally:
+        _STOP.remove(newer)
+
+
+def _ready(fd: int, wait: float | None) -> bool | None:
+    """Whether fd has data within `wait` seconds (None: no limit); None once a stopped_by callable says stop."""
+    while not any(newer() for newer in _STOP):
+        step = wait if not _STOP else STOP_POLL_S if wait is None else min(wait, STOP_POLL_S)
+        if select.select([fd], [], [], step)[0]:
+            return True
+        if wait is not None:
+            wait -= step
+            if wait <= 0:
+                return False
+    return None
+
+
 def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> tuple[dict, str]:
     """Read events until the result; the timeout counts from the first phase after the builds.
 
@@ -266,9 +300,9 @@ def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> t
                 time.sleep(0.05)
                 continue
         else:
-            ready, _, _ = select.select([fd], [], [], wait)
+            ready = _ready(fd, wait)
             if not ready:
-                return {"timeout": True}, phase
+                return {"superseded" if ready is None else "timeout": True}, phase
             chunk = os.read(fd, 65536)
         if not chunk:
             return {}, phase

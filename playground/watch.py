@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,12 +92,26 @@ def serve(attempt: Callable[[], dict], root: Path, show: Callable) -> None:
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C ends it, even where SIGINT came ignored
     batches = changes(root)  # before the first run: a missing watchfiles is an error, not a run that then fails
-    try:
-        with isolate.warm():
-            for outcome in loop(attempt, batches):
+    saves: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [saves.put(b) for b in batches], daemon=True).start()
+    try:  # a save during a run stops it, its compiler too (a hung kernel would hold it until its --timeout)
+        with isolate.warm(), isolate.stopped_by(lambda: not saves.empty()):
+            for outcome in loop(attempt, _merged(saves)):
                 show(render(outcome))
     except KeyboardInterrupt:  # the child and its build are killed on the way out (isolate.run's finally)
         pass
+
+
+def _merged(saves: queue.Queue) -> Iterator[set[str]]:
+    """The batches of saves, those that queued up during a run as one."""
+    while True:
+        try:
+            batch = saves.get(timeout=0.2)  # a timeout: Ctrl-C is seen while waiting
+        except queue.Empty:
+            continue
+        while not saves.empty():
+            batch |= saves.get_nowait()
+        yield batch
 
 
 def passed(result: dict | None) -> list[dict]:

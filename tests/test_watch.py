@@ -150,3 +150,45 @@ def test_watch_reruns_on_a_save_and_ctrl_c_exits_0(ejected, tmp_path):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_a_newer_save_stops_a_hung_run_and_its_child(ejected):
+    """isolate.stopped_by, as watch uses it: the hung call ends within a poll of the save, not at its --timeout."""
+    import shutil
+
+    from playground.errors import KernelCrash
+
+    shutil.copy(ROOT / "tests" / "wrong" / "sum" / "sum_hang.cpp", ejected / "sum.cpp")
+    with pytest.raises(KernelCrash):  # builds it; the hang is stopped by its timeout
+        isolate.run(request.make(str(ejected), device="cpu", bench=False, timeout=1))
+    began = time.monotonic()
+    with isolate.stopped_by(lambda: time.monotonic() - began > 1.0), pytest.raises(isolate.Superseded) as stopped:
+        isolate.run(request.make(str(ejected), device="cpu", bench=False, timeout=60))
+    assert time.monotonic() - began < 3.0 and "stopped while checking cpp at n=1: a newer save came in" == str(stopped.value)
+
+
+@pytest.mark.slow  # the real command and watchfiles: the test above stops a run the way watch does
+def test_a_fix_saved_during_a_hung_watch_run_passes_within_10_s(ejected, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80", "NO_COLOR": "1"}
+    fixed = (ejected / "sum.cpp").read_text()
+    (ejected / "sum.cpp").write_text((ROOT / "tests" / "wrong" / "sum" / "sum_hang.cpp").read_text())
+    child = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "watch", str(ejected), "--n", "1e3", "--no-bench"],
+                             stdout=subprocess.PIPE, stderr=(tmp_path / "stderr").open("w"), text=True, env=env)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(ln) for ln in child.stdout], daemon=True).start()
+    try:
+        deadline = time.monotonic() + 90
+        while "✓ cpp:" not in (tmp_path / "stderr").read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)  # the hung kernel is built; its check at n=1 begins and hangs
+        time.sleep(1.5)
+        (ejected / "sum.cpp").write_text(fixed)
+        saved, said = time.monotonic(), []
+        while time.monotonic() - saved < 30 and not any(ln.startswith("PASS") for ln in said):
+            try:
+                said.append(lines.get(timeout=0.5))
+            except queue.Empty:
+                pass
+        took = time.monotonic() - saved
+        assert any("stopped while checking cpp" in ln for ln in said) and took < 10, (took, said)
+    finally:
+        child.kill()
