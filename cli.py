@@ -672,8 +672,11 @@ Student = Annotated[Optional[str], typer.Option("--name", help="The student's na
 @app.command()
 @friendly
 def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)],
-          device: Dev = Device.auto, name: Student = None, timeout: Timeout = 120.0, json_: Json = False):
-    """Grade an exercise: the check at every test size and the main size, then the time against the reference.
+          device: Dev = Device.auto, name: Student = None, timeout: Timeout = 120.0, json_: Json = False,
+          no_sanitize: Annotated[bool, typer.Option("--no-sanitize", help="Skip memcheck and racecheck of a CUDA "
+                                                                         "kernel (faster; a race may then pass).")] = False):
+    """Grade an exercise: the check at every dtype, test size and the main size, the time against the reference;
+    a CUDA kernel that passes is also run under memcheck and racecheck.
 
     Exit code: the run's (0 passed, 1 check failed, 2 usage error, 3 build error, 4 crash).
     """
@@ -681,7 +684,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
 
     try:
         with _progress() as on_event:
-            rec = exercise.grade(folder, device.value, name, on_event, timeout)
+            rec = exercise.grade(folder, device.value, name, on_event, timeout, sanitize=not no_sanitize)
     except UsageError as e:
         if json_:  # one record whatever happened: the board says "could not run" instead of refusing the class
             print(json.dumps(exercise.unusable(folder, name, e), indent=2))
@@ -691,8 +694,22 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
         raise typer.Exit(rec["exit_code"])
     for k, part in enumerate(rec["dtypes"]):
         _show_part(part, rec["run"] if k == 0 else None)
+    _show_sanitized(rec)
     out.print(f"[b]{escape(exercise.score(rec))}[/b]", highlight=False)
     raise typer.Exit(rec["exit_code"])
+
+
+def _show_sanitized(rec: dict) -> None:
+    """What memcheck and racecheck found (or that they could not run)."""
+    from playground import sanitize
+
+    if rec.get("sanitizer_note"):
+        err.print(f"[yellow]note:[/] {escape(rec['sanitizer_note'])}", highlight=False, soft_wrap=True)
+    for tool in rec.get("sanitized", []):
+        if tool["sanitize"] is None:
+            err.print(f"[red]error:[/] {escape(tool['what'])}", highlight=False, soft_wrap=True)
+        else:
+            out.print(sanitize.report({"sanitize": tool["sanitize"]}))
 
 
 def _show_part(part: dict, run: dict | None) -> None:

@@ -22,7 +22,8 @@ from .timing import Stats, same
 # The fields the board reads, and their JSON types; "student" is optional (the file's stem stands in).
 NEEDED = {"family": str, "variant": str, "passed": int, "checked": int, "failures": dict, "exit_code": int}
 # exercise.kind's kinds, then exercise.record's: no case ran at all.
-KINDS = ("wrong value", "wrong shape", "input changed", "stale result", "other", "build", "crash", "timeout")
+KINDS = ("wrong value", "wrong shape", "input changed", "stale result", "race", "out of bounds", "other", "build",
+         "crash", "timeout")
 FATAL = {"build": "build error", "crash": "crashed", "timeout": "timed out"}
 CSV_NAME, HTML_NAME = "board.csv", "board.html"
 CSV_HEAD = ["exercise", "rank", "student", "passed", "checked", "speedup", "baseline", "exit_code"]

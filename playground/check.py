@@ -174,7 +174,8 @@ def _cases(spec, fam, req, main, dtype, device):
     of the family's forms ("form": the same values), and its probe ("probe") if the spec has one."""
     import torch
 
-    for test in ([] if "values" in req.sizes else fam.test_sizes):
+    tests = fam.test_sizes if req.test_sizes is None else req.test_sizes
+    for test in ([] if "values" in req.sizes else tests):
         sizes = {**req.sizes, **test}
         yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed), "test"
     yield case_label(fam, req.sizes), lambda: main, "main"

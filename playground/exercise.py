@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import registry, render
 from .check import CHANGED
-from .errors import BuildError, KplayError, UsageError
+from .errors import CHECK_FAILED, BuildError, KplayError, UsageError
 from .markers import Hint, starter_files
 
 HINTS_FILE = ".kplay-hints.json"  # how many hints the student has seen
@@ -155,9 +155,10 @@ def graded(fam: registry.Family) -> list[str]:
     return sorted(chosen, key=lambda d: d != fam.dtypes[0])
 
 
-def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0) -> dict:
+def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0, sanitize: bool = True) -> dict:
     """Run the folder's variant through the child (`kplay run`'s path) at every graded dtype, timed at the first,
-    and score it; a build error, a crash or a timeout is that dtype's one failed case."""
+    and score it; a build error, a crash or a timeout is that dtype's one failed case. A CUDA kernel that passed
+    is then run under memcheck and racecheck (`sanitize`), each one more case."""
     from . import isolate, request
 
     ex, fam = table(folder), registry.load_family(folder)
@@ -173,7 +174,63 @@ def grade(folder: Path, device: str, name: str | None, on_event, timeout: float 
             parts.append(_fatal(dtype, e, timeout))
             if parts[-1]["failures"].keys() & {"build", "timeout"}:
                 break  # the same source fails to build at every dtype; a hang costs its timeout once
-    return record(parts, ex, name or student(folder))
+    rec = record(parts, ex, name or student(folder))
+    if sanitize and rec["passed"] == rec["checked"] and rec["run"].get("device") == "cuda":
+        rec = with_sanitizers(rec, _sanitized(folder, ex, fam, parts[0]["dtype"], on_event, timeout))
+    return rec
+
+
+SANITIZERS = {"memcheck": "out of bounds", "racecheck": "race"}  # the tools check runs, and a finding's kind
+
+
+def _sanitized(folder: Path, ex: dict, fam: registry.Family, dtype: str, on_event, timeout: float) -> list[dict]:
+    """memcheck and racecheck side by side, on the family's small sanitize_sizes (racecheck of a large size takes
+    minutes): a case each, failed by a finding in the student's kernels; [] where compute-sanitizer is missing."""
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import request
+    from .toolchain import cuda_tool
+
+    if not cuda_tool("compute-sanitizer"):
+        return []
+    sizes = fam.sanitize_sizes or fam.test_sizes or ({},)
+    req = request.make(str(folder.resolve()), device="cuda", variant=ex["variant"], dtype=dtype, bench=False,
+                       sizes={k: str(v) for k, v in sizes[-1].items()}, timeout=timeout, lineinfo=True)
+    req = dataclasses.replace(req, test_sizes=tuple(sizes[:-1]))
+    with ThreadPoolExecutor(len(SANITIZERS)) as pool:
+        return list(pool.map(lambda tool: _under(req, tool, on_event), SANITIZERS))
+
+
+def _under(req, tool: str, on_event) -> dict:
+    """One tool's run, as a case: passed when it found nothing in the student's kernels."""
+    from . import sanitize
+
+    try:
+        found = sanitize.run(req, tool, on_event)["sanitize"]
+    except KplayError as e:
+        return {"tool": tool, "passed": 0, "checked": 1, "failures": {"crash": 1}, "exit_code": e.exit_code,
+                "what": f"{tool}: {str(e).split(': ')[0]}", "sanitize": None}
+    bad = bool(found["findings"])
+    return {"tool": tool, "passed": int(not bad), "checked": 1, "failures": {SANITIZERS[tool]: 1} if bad else {},
+            "exit_code": CHECK_FAILED if bad else 0, "sanitize": found}
+
+
+def with_sanitizers(rec: dict, tools: list[dict]) -> dict:
+    """The record with the sanitizers' cases added (or a note that none ran); a finding takes the rank away."""
+    if not tools:
+        return {**rec, "sanitized": [], "sanitizer_note": "memcheck and racecheck not run: compute-sanitizer not "
+                                                           "found (pip install nvidia-cuda-sanitizer-api)"}
+    failures = dict(rec["failures"])
+    for t in tools:
+        for k, n in t["failures"].items():
+            failures[k] = failures.get(k, 0) + n
+    rec = {**rec, "passed": rec["passed"] + sum(t["passed"] for t in tools), "failures": failures,
+           "checked": rec["checked"] + len(tools), "sanitized": tools,
+           "exit_code": rec["exit_code"] or next((t["exit_code"] for t in tools if t["exit_code"]), 0)}
+    if rec["passed"] < rec["checked"]:
+        rec.update(speedup=None, baseline=None, speedup_noise=None)
+    return rec
 
 
 def kind(case: str, message: str) -> str:

@@ -37,7 +37,7 @@ FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "d
                "sizes": "a table", "test_sizes": "a list of tables", "params": "a table", "variants": "a table",
                "bench": "true, false or a table", "default_variant": "a string", "includes": "a list of strings",
                "values": "a table", "exercise": "true, false or a table", "baselines": "a list of strings",
-               "forms": "a list of strings", "grade_dtypes": "a list of strings"}
+               "forms": "a list of strings", "grade_dtypes": "a list of strings", "sanitize_sizes": "a list of tables"}
 FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
@@ -128,6 +128,7 @@ class Family:
     baselines: tuple[str, ...] = ()  # what spec.py times the kernel against, by name: checked before torch loads
     exercise: bool | dict = False  # true: show and eject give the starter; a table: a folder kplay start wrote
     grade_dtypes: tuple[str, ...] = ()  # what kplay check grades (empty: every dtype)
+    sanitize_sizes: tuple[dict, ...] = ()  # small sizes kplay check runs memcheck and racecheck at (empty: test_sizes)
     forms: tuple[str, ...] = ()  # FORMS the op takes: the check runs the requested size in each
 
     @property
@@ -317,6 +318,7 @@ def _family(path: Path, raw: dict) -> Family:
         baselines=tuple(dict.fromkeys(raw.get("baselines", ()))),
         exercise=_exercise(raw.get("exercise", False)),
         grade_dtypes=tuple(raw.get("grade_dtypes", ())),
+        sanitize_sizes=_test_sizes(raw.get("sanitize_sizes", []), sizes),
         forms=_forms(raw.get("forms", [])),
     )
 

@@ -50,6 +50,7 @@ class Request:
     lineinfo: bool = False  # a sanitized run (every CUDA build has -lineinfo: its findings have file and line)
     mode: str = "run"  # run; profile (torch.profiler around one call); nvtx (that call in an NVTX range, for ncu)
     read_only: bool = True  # on the CPU, the test sizes' inputs are read-only (a write faults); off for a rerun
+    test_sizes: tuple | None = None  # checked before the requested size (None: the family's own)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -57,7 +58,9 @@ class Request:
     @classmethod
     def from_json(cls, text: str) -> Request:
         raw = json.loads(text)
-        return cls(**{**raw, **{k: tuple(raw[k]) for k in ("baselines", "skip_baselines", "warnings", "given_params")}})
+        tuples = {k: tuple(raw[k]) for k in ("baselines", "skip_baselines", "warnings", "given_params", "test_sizes")
+                  if raw.get(k) is not None}
+        return cls(**{**raw, **tuples})
 
     def load_family(self) -> registry.Family:
         return registry.load_family(Path(self.path))

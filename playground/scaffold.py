@@ -89,6 +89,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         **({"baselines": list(fam.baselines)} if fam.baselines else {}),
         **({"forms": list(fam.forms)} if fam.forms else {}),
         **({"grade_dtypes": list(fam.grade_dtypes)} if fam.grade_dtypes else {}),
+        **({"sanitize_sizes": list(fam.sanitize_sizes)} if fam.sanitize_sizes else {}),
         **({"exercise": exercise} if exercise else {}),  # a folder kplay start wrote; an ejected one is the user's
         **({"default_variant": exercise["variant"]} if exercise else {}),
         **({"values": fam.values} if fam.values else {}),

@@ -352,3 +352,53 @@ def test_a_hint_can_be_shown_again_and_start_force_forgets_the_hints_seen(kplay,
     assert wrong.exit_code == 2 and "hint 4: this exercise has hints 1 to 3" in wrong.stderr
     assert kplay("start", "sum/cpp", folder, "--force").exit_code == 0
     assert "hint 1/3 · TODO 1" in kplay("hint", folder).stdout
+
+
+def test_the_sanitizers_cases_count_and_a_finding_takes_the_rank_away():
+    """check's record after memcheck and racecheck: one case each; a race fails its case and the speedup goes."""
+    passed = {"student": "ada", "family": "sum", "variant": "tree", "passed": 20, "checked": 20, "failures": {},
+              "speedup": 0.49, "baseline": "torch.sum", "speedup_noise": 0.01, "exit_code": 0, "dtypes": [], "run": {}}
+    clean = {"tool": "memcheck", "passed": 1, "checked": 1, "failures": {}, "exit_code": 0, "sanitize": {}}
+    race = {"tool": "racecheck", "passed": 0, "checked": 1, "failures": {"race": 1}, "exit_code": 1, "sanitize": {}}
+    rec = exercise.with_sanitizers(passed, [clean, race])
+    assert (rec["passed"], rec["checked"], rec["failures"], rec["exit_code"]) == (21, 22, {"race": 1}, 1)
+    assert rec["speedup"] is None and exercise.score(rec) == "21/22 cases passed (1 race)"
+    both = exercise.with_sanitizers(passed, [clean, {**race, "passed": 1, "failures": {}, "exit_code": 0}])
+    assert both["speedup"] == 0.49 and exercise.score(both) == "all 22 cases passed · 0.49× torch.sum"
+    missing = exercise.with_sanitizers(passed, [])
+    assert missing["checked"] == 20 and "compute-sanitizer not found" in missing["sanitizer_note"]
+
+
+def test_every_family_with_a_cuda_exercise_declares_small_sanitize_sizes():
+    """racecheck of a 1024^3 matmul takes minutes: check sanitizes at sizes the family declares small."""
+    for name in ("sum", "linear", "lltm"):
+        fam = registry.find(name)
+        assert fam.sanitize_sizes, name
+        for sizes in fam.sanitize_sizes:
+            work = 1
+            for k, v in {**fam.sizes, **sizes}.items():
+                work *= v
+            assert work <= 2**24, (name, sizes)
+
+
+@pytest.mark.cuda
+def test_a_warp_synchronous_race_that_passes_the_numbers_fails_check_as_a_race(kplay, tmp_path):
+    """The tree rung with its last warp made warp-synchronous (volatile, no __syncwarp) gives right sums; check
+    runs racecheck beside memcheck and fails it, kind "race", at the student's file."""
+    import tomllib
+
+    entry = next(w for w in tomllib.loads((ROOT / "tests" / "wrong" / "sum" / "wrong.toml").read_text())["wrong"]
+                 if w["name"] == "tree_warp_race")
+    folder = tmp_path / "racer"
+    assert kplay("start", "sum/tree", folder).exit_code == 0
+    solution = (ROOT / "snippets" / "sum" / "sum_tree.cu").read_text().replace("{{threads}}", "256")
+    assert solution.count(entry["patch"][0]) == 1
+    (folder / "sum_tree.cu").write_text(solution.replace(*entry["patch"]))
+    result = kplay("check", folder, "--json")
+    rec = json.loads(result.stdout)
+    assert result.exit_code == 1 and rec["failures"] == {"race": 1} and rec["speedup"] is None, rec
+    race = next(t for t in rec["sanitized"] if t["tool"] == "racecheck")
+    assert race["sanitize"]["findings"] and all("sum_tree.cu" in f["at"] for f in race["sanitize"]["findings"])
+    (folder / "sum_tree.cu").write_text(solution)
+    honest = json.loads(kplay("check", folder, "--json").stdout)
+    assert honest["exit_code"] == 0 and honest["speedup"] and len(honest["sanitized"]) == 2, honest
