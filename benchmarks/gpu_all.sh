@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes) notebook watch ladder sum linear lltm lltm-cli lltm-small
-#            rebuild sweeps insight cheats nvbench nvbench-gap timer-probe profile-time quick
+#            rebuild sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -48,6 +48,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                  step sanitize-fast 90 bash -c "time python3 cli.py run sum --variant fast --sanitize memcheck"
                  step sass-fast 60 python3 cli.py show sum --variant fast --sass --solution
                  step ptx-fast 60 python3 cli.py show sum --variant fast --ptx --solution ;;
+        sanitize-cost) step check-sanitize 330 python3 benchmarks/check_sanitize.py --repeat 1 --out $R/check-sanitize.md ;;
         cheats) step cheats 400 python3 benchmarks/cheats.py --n 1e8 --out $R/cheats.md ;;
         timer-probe) step timer-probe 200 python3 benchmarks/timer_probe.py --out $R/timer-probe.md ;;
         profile-time) step profile-time 300 python3 benchmarks/profile_time.py --repeat 2 --out $R/profile-time.md ;;
