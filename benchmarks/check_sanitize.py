@@ -4,7 +4,7 @@ For each exercise: `kplay start`, the solution copied in, then `kplay check DIR 
 DIR` in turns (the build cached by a first check), each a fresh process; the difference of the medians is
 what the sanitizers add (target: at most 60 s).
 
-    python3 benchmarks/check_sanitize.py [--repeat 2] [--out results.md]
+    python3 benchmarks/check_sanitize.py [--repeat 2] [--only lltm/cuda] [--out results.md]
 """
 
 from __future__ import annotations
@@ -47,10 +47,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--only", help="these exercises (comma-separated), e.g. lltm/cuda")
     args = parser.parse_args()
+    chosen = {k: v for k, v in EXERCISES.items() if not args.only or k in args.only.split(",")}
     rows = ["| exercise | check --no-sanitize | check | added | sanitized cases |", "|---|---|---|---|---|"]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, file in EXERCISES.items():
+        for name, file in chosen.items():
             folder = Path(tmp) / name.replace("/", "-")
             subprocess.run([*CLI, "start", name, str(folder)], check=True, capture_output=True)
             (folder / file).write_text(solution(name, file))
