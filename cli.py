@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from contextlib import contextmanager
 from enum import Enum
@@ -210,11 +211,23 @@ def _show_source(fam, device: Device, variant: str | None, params: dict, starter
     out.print(f"[b]{fam.name}[/b]: {escape(fam.summary)}")  # a panel's title would be cut at the border
     out.print(Panel(Markdown(fam.note.strip() or fam.summary)))
     out.print(sizes_table(fam))
+    out.print(path_lines("files in ", str(fam.path), out.width), highlight=False)
     for v in chosen:
         out.print(f"[b]{v.name}[/b] ({v.device}): {v.note}")
         for file, text in (starter_sources if starter else sources)(fam, v, params).items():
             syntax = Syntax(text, "cuda" if file.endswith(".cu") else "cpp", line_numbers=True, word_wrap=True)
-            out.print(Panel(syntax, title=str(fam.path / file), title_align="left"))
+            out.print(Panel(syntax, title=escape(file), title_align="left"))  # the file's name, whole
+
+
+def path_lines(head: str, path: str, width: int) -> str:
+    """head + path in lines of at most width, broken only after a '/' (never inside a name)."""
+    lines, line = [], head
+    for part in re.split(r"(?<=/)", path):
+        if line.strip() and len(line) + len(part) > width:
+            lines.append(line)
+            line = "  "
+        line += part
+    return "\n".join([*lines, line])
 
 
 def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | None, json_: bool,
@@ -238,9 +251,9 @@ def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | 
         functions = disasm.to_json(found, lines)
         records.append({"family": fam.name, "variant": v.name, "kind": kind, "functions": functions, "loops": loops})
         if not json_:
-            shown = [s if shown_as else str(fam.path / s) for s in v.sources if s.endswith(".cu") == (kind != "asm")]
-            where = f" ({shown_as})" if shown_as else ""
-            title = f"[b]{fam.name}/{v.name}[/b] · {kind} · {escape(', '.join(shown) + where)}"
+            shown = [s for s in v.sources if s.endswith(".cu") == (kind != "asm")]
+            folder = path_lines("from ", shown_as or str(fam.path), out.width)
+            title = f"[b]{fam.name}/{v.name}[/b] · {kind} · {escape(', '.join(shown))}\n{escape(folder)}"
             for loop in loops if kind == "asm" else []:
                 title += "\n" + loop_line(loop).markup
             own = {str(fam.path / s) for s in v.sources}
@@ -639,8 +652,9 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
     for f in write(fam, Path(folder), v, fam.parse_params(param or []), force):
         out.print(f"wrote {f}", soft_wrap=True)
     python = Path(sys.executable)
-    out.print(f"build and test it: [b]{python} -m pip install --no-build-isolation {folder} pytest && "
-              f"{python} -m pytest {folder}/tests[/b]")
+    out.print("build and test it (one line, to paste):")
+    out.print(f"[b]{python} -m pip install --no-build-isolation {folder} pytest && {python} -m pytest {folder}/tests[/b]",
+              soft_wrap=True, highlight=False)
 
 
 @app.command()

@@ -66,7 +66,20 @@ def loops(where: Path, family, variant) -> list[dict]:
         return []
     found = [asdict(loop) | {"file": student_file(loop.file, where, family, variant)} for loop in parse_remarks(text)
              if _is_students(loop.file, where, family)]
-    return sorted(found, key=lambda loop: (loop["file"], loop["line"]))
+    return sorted([f for f in found if _a_loop(f["file"], f["line"])], key=lambda loop: (loop["file"], loop["line"]))
+
+
+LOOP = re.compile(r"\b(?:for|while|do)\b")
+
+
+def _a_loop(file: str, line: int) -> bool:
+    """Whether the source line holds a loop: gcc also reports a loop it made itself (an array's `= {}`) at the
+    function's first line, which is no loop of the student's."""
+    try:
+        lines = Path(file).read_text().splitlines()
+    except OSError:
+        return True
+    return not 0 < line <= len(lines) or bool(LOOP.search(lines[line - 1]))
 
 
 @dataclass

@@ -205,9 +205,9 @@ def test_show_after_a_clean_in_the_same_process_builds_again(kplay, own_cache, t
     folder = tmp_path / "sum"
     shutil.copytree(SUM, folder)
     (folder / "sum.cpp").write_text((SUM / "sum.cpp").read_text() + f"// {tmp_path}\n")
-    first = show_json(kplay, folder, "--asm", "--kernel", "sum_all<float>")
+    first = show_json(kplay, folder, "--asm", "--kernel", "sum_all<float>", "--solution")
     assert kplay("clean").exit_code == 0
-    again = show_json(kplay, folder, "--asm", "--kernel", "sum_all<float>")
+    again = show_json(kplay, folder, "--asm", "--kernel", "sum_all<float>", "--solution")
     assert again["functions"] == first["functions"] and again["loops"] == first["loops"]
     result = kplay("run", folder, "--n", "1e3", "--device", "cpu", "--no-bench", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["variants"][0]["build"]["loops"] == first["loops"]

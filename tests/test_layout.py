@@ -2,6 +2,7 @@
 student-facing files under snippets/ speak to students."""
 
 import re
+import shutil
 
 import pytest
 import typer
@@ -16,7 +17,7 @@ COMMANDS = [
     (["list"], {0}),
     (["show", "sum"], {0}),
     (["show", "lltm", "--device", "cpu"], {0}),
-    (["show", "sum", "--asm", "--kernel", "sum_all<float>"], {0}),
+    (["show", "sum", "--asm", "--kernel", "sum_all<float>", "--solution"], {0}),
     (["show", "sum", "--variant", "fast", "--ptx", "--kernel", "<float>"], {NVCC}),
     (["run", "sum", "--n", "1e5", "--device", "cpu"], {0}),
     (["run", "print_array", "--values", "4,3,2,1", "--device", "cpu"], {0}),
@@ -131,3 +132,34 @@ def test_snippet_lines_fit_120_columns():
     long = [f"{p.relative_to(ROOT)}:{k} ({len(line)})" for p in SNIPPETS if p.suffix != ".md"
             for k, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 120]
     assert not long
+
+
+@pytest.mark.nvcc
+def test_show_ptx_and_export_at_80_columns_keep_every_file_name_whole(tmp_path, monkeypatch):
+    """A panel is titled by its file (sum_cuda.cpp and sum_tree.cu are told apart), a folder wraps only after a
+    '/', and the command to paste is one line, however long."""
+    from cli import app
+
+    monkeypatch.chdir(ROOT)
+    env = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+    shown = CliRunner().invoke(app, ["show", "sum", "--variant", "fast", "--solution"], env=env).stdout
+    assert "╭─ sum_cuda.cpp ─" in shown and "╭─ sum_fast.cu ─" in shown and "╭─ ladder.cuh ─" not in shown
+    deep = tmp_path / "workshop-day-one" / "the-students-folders" / "a-kernel-playground" / "sum"  # over 80 in all
+    shutil.copytree(ROOT / "snippets" / "sum", deep)
+    ptx = CliRunner().invoke(app, ["show", str(deep), "--variant", "fast", "--ptx", "--kernel", "<float>", "--solution"],
+                             env=env)
+    assert ptx.exit_code == 0, ptx.output
+    lines = ptx.stdout.splitlines()
+    head = next(k for k, line in enumerate(lines) if "· ptx ·" in line)
+    assert lines[head] == "sum/fast · ptx · sum_fast.cu"
+    folder = []
+    for line in lines[head + 1:]:
+        if not (line.startswith("from ") or line.startswith("  ") and " " not in line.strip()) or len(folder) > 4:
+            break
+        folder.append(line)
+    assert max(map(len, folder)) <= 80 and "".join(f.strip() for f in folder) == f"from {deep}", folder
+    assert all(line.rstrip().endswith("/") for line in folder[:-1])  # broken after a '/', never inside a name
+    exported = CliRunner().invoke(app, ["export", "sum", str(deep.parent / "pkg")], env=env)
+    assert exported.exit_code == 0, exported.output
+    command = next(line for line in exported.stdout.splitlines() if " -m pip install " in line)
+    assert command.endswith(f"-m pytest {deep.parent / 'pkg'}/tests") and len(command) > 80
