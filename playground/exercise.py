@@ -290,7 +290,8 @@ def record(parts: list[dict], ex: dict, name: str) -> dict:
            "run": first.get("run", {"exit_code": first["exit_code"]})}
     fatal = next((p for p in parts if "what" in p), None)
     if fatal:
-        rec.update(error=fatal["error"], details=fatal["details"], what=f"{fatal['what']} ({fatal['dtype']})")
+        at = "" if "build" in fatal["failures"] else f" ({fatal['dtype']})"  # a build fails at every dtype
+        rec.update(error=fatal["error"], details=fatal["details"], what=fatal["what"] + at)
     v = first.get("run", {}).get("variants", [{}])[0]
     if rec["passed"] == rec["checked"] and not fatal and v.get("speedups"):
         rec["baseline"] = next(iter(v["speedups"]))
