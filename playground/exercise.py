@@ -230,7 +230,8 @@ def with_sanitizers(rec: dict, tools: list[dict]) -> dict:
            "exit_code": rec["exit_code"] or next((t["exit_code"] for t in tools if t["exit_code"]), 0)}
     if rec["passed"] < rec["checked"]:
         rec.update(speedup=None, baseline=None, speedup_noise=None)
-    return rec
+    ended = next((t["what"] for t in tools if t.get("what")), None)  # a tool that could not finish its run
+    return {**rec, "what": rec.get("what") or ended} if ended else rec
 
 
 def kind(case: str, message: str) -> str:
