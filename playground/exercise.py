@@ -165,7 +165,7 @@ def grade(folder: Path, device: str, name: str | None, on_event, timeout: float 
     parts = []
     for k, dtype in enumerate(graded(fam)):
         req = request.make(str(folder.resolve()), device=device, variant=ex["variant"], dtype=dtype, bench=k == 0,
-                           timeout=timeout)
+                           timeout=timeout, one_baseline=True)  # the rank's baseline: not lltm's torch.compile too
         try:
             parts.append(_part(dtype, isolate.run(req, on_event)))
         except UsageError:
