@@ -84,7 +84,7 @@ def load(paths: list[str]) -> tuple[list[Entry], list[str]]:
     if not paths:
         raise UsageError("kplay board needs RESULTS files: each the output of kplay check --json")
     entries: dict[tuple[str, str], Entry] = {}
-    warnings, files = [], set()
+    skipped, twice, files = [], [], set()
     for path in map(Path, paths):
         if path.resolve() in files:  # the same file twice (`*.json ada.json`): once
             continue
@@ -92,17 +92,19 @@ def load(paths: list[str]) -> tuple[list[Entry], list[str]]:
         try:
             e = read(path)
         except Unreadable as bad:
-            warnings.append(str(bad))
+            skipped.append(str(bad))
             continue
         other = entries.get((e.student, e.exercise))
         if other is not None:
             old, new = sorted([other, e], key=lambda x: Path(x.file).stat().st_mtime)
-            warnings.append(f"{old.file} and {new.file} are both {e.student} on {e.exercise}: kept {new.file}, the newer")
+            twice.append(f"{old.file} and {new.file} are both {e.student} on {e.exercise}: "
+                         f"kept {new.file}, the newer")
             e = new
         entries[(e.student, e.exercise)] = e
     if not entries:
-        raise UsageError(f"no check record among the {len(files)} file{'s' * (len(files) != 1)}: " + "; ".join(warnings))
-    return list(entries.values()), [w if " are both " in w else f"skipped {w}" for w in warnings]
+        many = "s" * (len(files) != 1)
+        raise UsageError(f"no check record among the {len(files)} file{many}: " + "; ".join(skipped))
+    return list(entries.values()), [f"skipped {w}" for w in skipped] + twice
 
 
 class Unreadable(UsageError):

@@ -59,8 +59,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
     if reply.get("superseded"):
         raise Superseded(f"stopped {phase.removesuffix(READ_ONLY)}: a newer save came in")
     if reply.get("timeout"):
-        raise KernelCrash(f"timed out {phase.removesuffix(READ_ONLY)}: a call of the kernel took over {request.timeout:g} s, and may never "
-                          "finish (--timeout allows more)")
+        raise KernelCrash(f"timed out {phase.removesuffix(READ_ONLY)}: a call of the kernel took over "
+                          f"{request.timeout:g} s, and may never finish (--timeout allows more)")
     code = child.returncode
     if code == -signal.SIGSEGV and phase.endswith(READ_ONLY):
         _wrote_its_input(request, phase.removesuffix(READ_ONLY))
