@@ -164,7 +164,7 @@ def _bar(e: Entry, v, scale: float, y: int, label) -> str:
     row = (f'<text x="{LABEL - 10}" y="{cy:.1f}" text-anchor="end"><title>{escape(e.student)}</title>'
            f"{escape(name)}</text>")
     if not v:
-        why = (e.what or "no case ran" if not e.passed and (e.what or not e.checked) else
+        why = (e.said or "no case ran" if not e.passed and (e.what or not e.checked) else
                "no case passed" if not e.passed else f"not timed: {e.passed}/{e.checked} cases passed")
         return row + f'<text class="none" x="{LABEL + 6}" y="{cy:.1f}">{escape(why)}</text>'
     w = max(2.0, v * scale)
