@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .toolchain import take
+
 
 def folder() -> Path:
     """$KPLAY_LEASES, else /tmp/kplay-leases: made sticky and writable by everyone, as /tmp is."""
@@ -41,24 +43,16 @@ def _open(name: str) -> int:
     return fd
 
 
-def _lock(fd: int, mode: int, on_wait: Callable[[], None] | None) -> None:
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-    except BlockingIOError:
-        if on_wait:
-            on_wait()
-        fcntl.flock(fd, mode)
-
-
 @contextmanager
 def held(device: str, exclusive: bool, on_wait: Callable[[], None] | None = None) -> Iterator[float]:
     """Hold the device's lease; yields the seconds spent waiting for it. on_wait() is called once if it must wait."""
     key = re.sub(r"[^\w.-]", "_", device)
     gate, lease = _open(f"{key}.gate"), _open(f"{key}.lease")
-    start = time.monotonic()
+    start, said = time.monotonic(), []
+    once = (lambda: said or said.append(on_wait())) if on_wait else None  # one "waiting" for both locks
     try:
-        _lock(gate, fcntl.LOCK_EX, on_wait)  # in the queue: no new shared holder passes while a timing waits
-        _lock(lease, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, on_wait)
+        take(gate, fcntl.LOCK_EX, once)  # in the queue: no new shared holder passes while a timing waits
+        take(lease, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, once)
         if not exclusive:
             fcntl.flock(gate, fcntl.LOCK_UN)
         yield time.monotonic() - start

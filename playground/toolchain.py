@@ -27,6 +27,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "kplay"
 
 
+def take(f, mode: int, on_wait=None) -> None:
+    """flock(f, mode), calling on_wait() first if the lock is not free now."""
+    try:
+        fcntl.flock(f, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        if on_wait:
+            on_wait()
+        fcntl.flock(f, mode)
+
+
 @contextmanager
 def _flock(path: Path, mode: int, on_wait=None):
     """A lock the OS drops when its holder dies (a killed build never leaves a stale one); on_wait() is called
@@ -38,12 +48,7 @@ def _flock(path: Path, mode: int, on_wait=None):
         raise UsageError(f"the build cache {cache_dir()} is not writable ({e.strerror or e}): "
                          "set KPLAY_CACHE to a folder you can write") from None
     with f:
-        try:
-            fcntl.flock(f, mode | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait:
-                on_wait()
-            fcntl.flock(f, mode)
+        take(f, mode, on_wait)
         try:
             yield
         finally:
