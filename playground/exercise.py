@@ -42,8 +42,7 @@ def pick(fam: registry.Family, variant: str | None, gpu: bool) -> registry.Varia
     first exercise of this machine's device (a GPU's, where there is one), else the first that runs here."""
     if variant:
         return fam.variant(variant)
-    marked = [fam.variants[name] for name in exercises(fam)] or [
-        v for v in fam.variants.values() if _hints(fam, v, fam.parse_params([]))]
+    marked = [v for v in fam.variants.values() if _hints(fam, v, fam.parse_params([]))]
     if not marked:
         raise UsageError(f"{fam.name} has no // kplay:todo regions: nothing to start")
     runs = [v for v in marked if gpu or v.device != "cuda"]
