@@ -565,6 +565,9 @@ def _events(progress, task, cached_lines: bool = True):
             progress.update(task, description=f"checking {data['variant']} at {data['case']}")
         elif event == events.PHASE and data["phase"] in PHASES:
             progress.update(task, description=PHASES[data["phase"]])
+        elif event == events.WAIT:
+            progress.update(task, description=f"waiting for the {data['device'].partition('-')[0].upper()}: "
+                                              "another run is timing on it")
 
     return on_event
 

@@ -284,6 +284,17 @@ def _ready(fd: int, wait: float | None) -> bool | None:
     return None
 
 
+def _phase(event: str, message: dict) -> str | None:
+    """What the worker is doing, as a timeout or a crash names it ("while checking cpp at n=1")."""
+    if event == events.BUILD_START:
+        return f"while building {message['variant']}"
+    if event == events.CHECK:
+        return f"while checking {message['variant']} at {message['case']}" + (READ_ONLY if message.get("read_only") else "")
+    if event == events.PHASE and message["phase"] in ("time", "profile"):
+        return "while timing" if message["phase"] == "time" else "while profiling"
+    return "while waiting for the device" if event == events.WAIT else None
+
+
 def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> tuple[dict, str]:
     """Read events until the result; the timeout counts from the first phase after the builds.
 
@@ -313,14 +324,10 @@ def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> t
             if "event" not in message:
                 return message, phase
             event = message.pop("event")
-            if event == events.BUILD_START:
-                phase = f"while building {message['variant']}"
-            elif event == events.CHECK:
-                phase = f"while checking {message['variant']} at {message['case']}"
-                phase += READ_ONLY if message.get("read_only") else ""
-            elif event == events.PHASE and message["phase"] in ("time", "profile"):
-                phase = "while timing" if message["phase"] == "time" else "while profiling"
+            phase = _phase(event, message) or phase
             if event in (events.PHASE, events.CHECK, events.ALIVE):  # --timeout bounds one call of the kernel
                 deadline = time.monotonic() + timeout
+            elif event == events.WAIT:  # another run's timing is not this kernel's time
+                deadline = None
             if event != events.ALIVE:
                 on_event(event, **message)

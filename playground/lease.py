@@ -43,9 +43,19 @@ def _open(name: str) -> int:
     return fd
 
 
+_HELD: dict[str, bool] = {}  # this process's leases: device -> exclusive
+
+
 @contextmanager
 def held(device: str, exclusive: bool, on_wait: Callable[[], None] | None = None) -> Iterator[float]:
-    """Hold the device's lease; yields the seconds spent waiting for it. on_wait() is called once if it must wait."""
+    """Hold the device's lease; yields the seconds spent waiting for it. on_wait() is called once if it must wait.
+
+    Inside a lease this process holds exclusive (a run under the sanitizer or the profiler), any lease on the
+    same device is already held: an flock of a second open file would wait for the first.
+    """
+    if _HELD.get(device) or (device in _HELD and not exclusive):
+        yield 0.0
+        return
     key = re.sub(r"[^\w.-]", "_", device)
     gate, lease = _open(f"{key}.gate"), _open(f"{key}.lease")
     start, said = time.monotonic(), []
@@ -55,8 +65,10 @@ def held(device: str, exclusive: bool, on_wait: Callable[[], None] | None = None
         take(lease, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, once)
         if not exclusive:
             fcntl.flock(gate, fcntl.LOCK_UN)
+        _HELD[device] = exclusive
         yield time.monotonic() - start
     finally:
+        _HELD.pop(device, None)
         os.close(lease)  # closing drops the locks
         os.close(gate)
 
@@ -67,6 +79,13 @@ def gpu(index: int) -> str:
 
     uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
     return f"gpu-{uuid}" if uuid else f"gpu-{index}"
+
+
+def of(device: str) -> str:
+    """The lease name of a run's device: "cpu", or the current GPU's (gpu())."""
+    import torch
+
+    return gpu(torch.cuda.current_device()) if device == "cuda" else device
 
 
 def is_shared(path: Path) -> bool:

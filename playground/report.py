@@ -152,7 +152,7 @@ def run_report(r: dict, explain: bool = False, compact: bool = False) -> Group:
         for k, step in enumerate(rows):
             table.add_row(who if k == 0 else "", *_cells(t, step, shape, k == 0),
                           end_section=shape.steps and k == len(rows) - 1)
-    notes = [Text(f"warning: {w}", style="yellow") for w in r.get("warnings", [])] + _outcome(r) if compact else _notes(r)
+    notes = [Text(f"warning: {w}", style="yellow") for w in r.get("warnings", [])] + _waited(r) + _outcome(r) if compact else _notes(r)
     return Group(*_title(r), table, *kernel_lines(r), *vectorization(r, explain), *notes)
 
 
@@ -260,13 +260,26 @@ def _notes(r: dict) -> list:
         inputs = f" on {r['inputs_timed']} seeded inputs" if r.get("inputs_timed", 0) > 1 else ""
         out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{inputs}",
                         style="dim"))
-        out += _clocks(stats)
+        out += _waited(r) + _clocks(stats)
         out += _peak_notes(r)
         out.append(Text("±: noise (relative standard deviation); a speedup within it reads 'same'", style="dim"))
         if stats["median_s"] < CALL_PATH_S:
             out.append(Text(f"at under {seconds(CALL_PATH_S)} a call's time is mostly its path from Python through "
                             "the dispatcher, not the kernel's work", style="dim"))
     return out + _outcome(r)
+
+
+WAITED_S = 0.1  # a wait for the device's lease shorter than this is not reported
+
+
+def _waited(r: dict) -> list[Text]:
+    """How long the timing waited for the device's lease, where it waited (another run was timing on it)."""
+    lease = r.get("lease") or {}
+    if lease.get("waited_s", 0) < WAITED_S:
+        return []
+    what = "the CPU" if lease["device"] == "cpu" else "the GPU"
+    return [Text(f"waited {seconds(lease['waited_s'])} for {what}: another run was timing on it (the lease)",
+                 style="dim")]
 
 
 def _outcome(r: dict) -> list:

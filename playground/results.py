@@ -98,6 +98,8 @@ class RunResult:
     baselines: dict = field(default_factory=dict)  # name -> BaselineResult
     variants: list[VariantResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    lease: dict = field(default_factory=dict)  # device, waited_s, timed_from, timed_to (epoch s): the timed phase
+    neighbours: dict = field(default_factory=dict)  # who else used the device while timing (neighbours.Seen)
 
     @property
     def ok(self) -> bool:

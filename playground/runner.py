@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from . import disasm, events, render, request as requests, resources, spec as specs, trust
+import dataclasses
+import time
+
+from . import disasm, events, lease, neighbours, render, request as requests, resources, spec as specs, timing, trust
 from .build import build, folder
 from .check import check_variant, first_line, make_inputs
 from .errors import KernelCrash, UsageError
@@ -39,7 +42,8 @@ def build_all(fam, chosen: list, params: dict, on_event=events.ignore) -> dict:
 
 
 def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
-    """Build, check and time every chosen variant; the baselines are timed in the same run."""
+    """Build, check and time every chosen variant; the baselines are timed in the same run. The device's lease
+    (lease.py) is held shared while building and checking, and alone while timing."""
     import torch
 
     fam = req.load_family()
@@ -47,28 +51,54 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     baselines = chosen_baselines(spec, req)
     device = resolve_device(req.device, fam, req.variant)
     chosen = fam.pick_variants(device, req.variant)
-    built = build_all(fam, chosen, req.params, on_event)
-    used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
-    unused = [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in used]
-    result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
-                       warnings=[*req.warnings, *unused])
-    dtype = getattr(torch, req.dtype)
-    main = make_inputs(spec, req.sizes, dtype, device, req.seed)
-    on_event(events.PHASE, phase="check")
-    arch = resources.Device.current().arch if device == "cuda" else None
-    for v in chosen:
-        ops, info = built[v.name]
-        check, stdout, extra = check_variant(spec, fam, req, ops, v.name, main, dtype, device, on_event)
-        kernels = resources.for_dtype(resources.of_build(info.name, arch), req.dtype)
-        result.variants.append(VariantResult(variant=v.name, note=v.note, build=info, check=check, stdout=stdout,
-                                             extra=extra, kernels=kernels))
+    key = lease.of(device)
+    waiting = lambda: on_event(events.WAIT, device=key)  # noqa: E731
+    with lease.held(key, exclusive=False, on_wait=waiting) as waited_first:
+        built = build_all(fam, chosen, req.params, on_event)
+        used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
+        unused = [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in used]
+        result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
+                           warnings=[*req.warnings, *unused])
+        dtype = getattr(torch, req.dtype)
+        main = make_inputs(spec, req.sizes, dtype, device, req.seed)
+        _check_all(spec, fam, req, result, built, main, dtype, on_event)
     if fam.bench and req.bench:
-        on_event(events.PHASE, phase="time")
-        _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype, on_event)
+        with lease.held(key, exclusive=True, on_wait=waiting) as waited:
+            on_event(events.PHASE, phase="time")
+            with neighbours.Watch(device, host=spec.wall_clock or device == "cpu") as watch:
+                result.lease = {"device": key, "waited_s": waited_first + waited, "timed_from": time.time()}
+                _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype, on_event)
+                result.lease["timed_to"] = time.time()
+        _neighbours(result, watch.seen)
     if device == "cuda":  # the GPU may be shared: what this run cached goes back to it (playground.run in a loop)
         del main
         torch.cuda.empty_cache()
     return result
+
+
+def _check_all(spec, fam, req, result: RunResult, built: dict, main, dtype, on_event) -> None:
+    """Check every built variant on the run's inputs; its kernels' resources from the build."""
+    on_event(events.PHASE, phase="check")
+    arch = resources.Device.current().arch if result.device == "cuda" else None
+    for name, (ops, info) in built.items():
+        v = fam.variants[name]
+        check, stdout, extra = check_variant(spec, fam, req, ops, name, main, dtype, result.device, on_event)
+        kernels = resources.for_dtype(resources.of_build(info.name, arch), req.dtype)
+        result.variants.append(VariantResult(variant=name, note=v.note, build=info, check=check, stdout=stdout,
+                                             extra=extra, kernels=kernels))
+
+
+def _neighbours(result: RunResult, seen: neighbours.Seen) -> None:
+    """What else used the device while timing: a warning when anything did; "from an idle GPU" only when
+    NVML saw nothing else there."""
+    result.neighbours = seen.to_dict()
+    if seen.warning():
+        result.warnings.append(seen.warning())
+    if result.device == "cuda" and not seen.idle_gpu():
+        said = f", the GPU shared with {seen.gpu_others} other process(es)" if seen.gpu_others else ", others on the GPU unknown"
+        told = lambda clock: {k: dataclasses.replace(t, method=t.method.replace(timing.IDLE, said)) for k, t in clock.items()}  # noqa: E731
+        for who in [*result.variants, *result.baselines.values()]:
+            who.set_times(told(who.timings), told(who.walls))
 
 
 def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype, on_event=events.ignore) -> None:

@@ -15,6 +15,7 @@ MIN_SAMPLES = 30
 MAX_SAMPLES = 2000
 NOISE_TARGET = 0.01  # sampling stops once every contender's noise is below this (or the budget is spent)
 MIN_CLOCK = 0.75  # samples taken while the SM clock was below this share of its maximum are dropped (nvbench's)
+IDLE = ", from an idle GPU"  # said only where NVML saw no other process on the GPU (runner._neighbours)
 HOLD_S = (50e-6, 1e-3)  # the GPU spins this long at least (and at most) before each timed call: see _holder
 
 
@@ -155,7 +156,7 @@ def _method(cuda: bool, wall: bool, flush, warm: bool) -> str:
     if flush:
         method += f", L2 flushed, queued behind a {flush.hold_s * 1e6:.0f} µs GPU spin"
     if warm:
-        method += ", each call after one of its own, from an idle GPU" if cuda else ", each call after one of its own"
+        method += ", each call after one of its own" + (IDLE if cuda else "")
     return method
 
 

@@ -6,6 +6,7 @@ parent pointed them. Whatever the kernel does to this process, the parent surviv
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import logging
@@ -17,7 +18,7 @@ import time
 import traceback
 import warnings
 
-from . import sessions
+from . import events, sessions
 
 
 def die_with_parent() -> None:
@@ -51,7 +52,7 @@ def main() -> None:
     target = sys.argv[1]
     out = open(target[1:], "w", buffering=1) if target.startswith("@") else os.fdopen(int(target), "w", buffering=1)
     prepare()
-    serve(sys.stdin.read(), out)
+    serve(sys.stdin.read(), out, alone=target.startswith("@"))  # "@file": under a tool
 
 
 def prepare() -> None:
@@ -61,8 +62,11 @@ def prepare() -> None:
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on CPU boxes
 
 
-def serve(request_json: str, out) -> None:
-    """Run one request; its events and then its result (or error) go to `out` as JSON lines."""
+def serve(request_json: str, out, alone: bool = False) -> None:
+    """Run one request; its events and then its result (or error) go to `out` as JSON lines.
+
+    alone: under a tool (the sanitizer, ncu), as in a profile, the whole run holds the device's lease alone:
+    its kernels run slowed, or replayed, for long, and would distort another run's timing."""
     from . import runner
     from .errors import KplayError
     from .request import Request
@@ -73,12 +77,13 @@ def serve(request_json: str, out) -> None:
     try:
         request = Request.from_json(request_json)
         on_event = lambda event, **data: send(event=event, **data)
-        if request.mode == "run":
-            result = runner.execute(request, on_event)
-        else:
-            from . import profile
+        with _lease(request, alone or request.mode != "run", on_event):
+            if request.mode == "run":
+                result = runner.execute(request, on_event)
+            else:
+                from . import profile
 
-            result = profile.execute(request, on_event)
+                result = profile.execute(request, on_event)
         send(result=result.to_dict())
     except KplayError as e:
         send(error={"kind": type(e).__name__, "message": str(e), "details": getattr(e, "details", [])})
@@ -86,6 +91,16 @@ def serve(request_json: str, out) -> None:
         traceback.print_exc()
         send(error={"kind": "KernelCrash", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                     "details": traceback.format_exc().splitlines()[-6:]})
+
+
+def _lease(request, alone: bool, on_event):
+    """The device's lease, held alone for the whole run, or nothing (the run takes its own: runner.execute)."""
+    if not alone:
+        return contextlib.nullcontext()
+    from . import lease, runner
+
+    key = lease.of(runner.resolve_device(request.device, request.load_family(), request.variant))
+    return lease.held(key, exclusive=True, on_wait=lambda: on_event(events.WAIT, device=key))
 
 
 if __name__ == "__main__":

@@ -49,10 +49,12 @@ _SETUP = pytest.StashKey[tuple]()  # the cache's folder and the precompiling pro
 
 
 def pytest_configure(config):
-    if hasattr(config, "workerinput"):
-        return
+    if hasattr(config, "workerinput"):  # each worker's own device leases: one worker's builds would otherwise hold
+        os.environ["KPLAY_LEASES"] += "/" + config.workerinput["workerid"]  # back the other's timings (test_lease.py
+        return  # has runs that share one)
     path = Path(tempfile.mkdtemp(prefix="kplay-test-cache-"))
     os.environ["KPLAY_CACHE"] = str(path)
+    os.environ["KPLAY_LEASES"] = str(path / "leases")
     for name in ("KPLAY_PATH", "KPLAY_DEBUG"):
         os.environ.pop(name, None)
     # The precompiled headers (one-off builds: ATen's 17-24 s, shared by lltm and linear; the stable ABI's 7-10 s,

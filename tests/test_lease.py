@@ -1,11 +1,14 @@
 """Device leases: an OS lock per device that dies with its holder, shared or exclusive, fair to a timing."""
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +95,46 @@ def test_the_folder_is_every_users_and_the_wait_is_reported(leases):
     assert lease.is_shared(leases)
     assert {p.name for p in leases.iterdir()} == {"gpu-GPU-1234_5.gate", "gpu-GPU-1234_5.lease"}
     assert all(p.stat().st_mode & 0o666 == 0o666 for p in leases.iterdir())
+
+
+def kplay_run(*args: str, leases, **popen) -> subprocess.Popen:
+    """`kplay run ...` as its own process, on a lease folder other runs share."""
+    env = {**os.environ, "KPLAY_LEASES": str(leases), "COLUMNS": "80", "NO_COLOR": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+
+
+def blocked(path: Path, seconds: float = 60) -> bool:
+    """Whether a process waits for an flock on `path` within `seconds` (/proc/locks lists the waiters, "->")."""
+    inode, end = f":{path.stat().st_ino} ", time.monotonic() + seconds
+    while time.monotonic() < end:
+        if any("->" in line and inode in line for line in Path("/proc/locks").read_text().splitlines()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+def test_a_run_waits_for_a_timing_and_says_how_long(leases):
+    child = holder("x")  # another run timing on the CPU
+    try:
+        run = kplay_run("sum", "--n", "1000", leases=leases)
+        assert blocked(leases / "cpu.gate")
+        time.sleep(1.0)
+    finally:
+        child.kill()
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    waited = re.search(r"waited ([\d.]+) s for the CPU: another run was timing on it", out)
+    assert waited and float(waited.group(1)) > 0.5, out
+
+
+@pytest.mark.slow
+def test_four_concurrent_runs_take_turns_in_their_timed_phases(leases):
+    """The lease at work: four `kplay run sum --n 1e7` at once, and no two timed intervals overlap."""
+    runs = [kplay_run("sum", "--n", "1e7", "--json", leases=leases) for _ in range(4)]
+    records = [json.loads(run.communicate(timeout=300)[0]) for run in runs]
+    assert all(r["ok"] for r in records)
+    spans = sorted((r["lease"]["timed_from"], r["lease"]["timed_to"]) for r in records)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+    assert all(r["lease"]["device"] == "cpu" and r["lease"]["waited_s"] >= 0 for r in records)
