@@ -549,7 +549,8 @@ def _progress():
         yield _events(progress, task)
 
 
-PHASES = {"time": "timing", "profile": "profiling", "ncu": "profiling under ncu"}
+PHASES = {"time": "timing", "profile": "profiling", "ncu": "profiling under ncu",
+          "pool": "sent to the pool: graded when a worker is free"}
 
 
 def _events(progress, task, cached_lines: bool = True):
@@ -686,24 +687,29 @@ Student = Annotated[Optional[str], typer.Option("--name", help="The student's na
                                                                  "kplay start wrote in the folder).")]
 
 
+PoolToken = Annotated[Optional[Path], typer.Option("--pool", envvar="KPLAY_POOL", show_default=False, metavar="TOKEN-FILE",
+                                                   help="Grade on the class's pool, with the token file your "
+                                                        "instructor gave you (also $KPLAY_POOL).")]
+
+
 @app.command()
 @friendly
 def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)],
           device: Dev = Device.auto, name: Student = None, timeout: Timeout = 120.0, json_: Json = False,
           no_sanitize: Annotated[bool, typer.Option("--no-sanitize", help="Skip memcheck and racecheck of a CUDA "
-                                                                         "kernel (faster; a race may then pass).")] = False):
+                                                                         "kernel (faster; a race may then pass).")] = False,
+          pool: PoolToken = None):
     """Grade an exercise: the check at every dtype, test size and the main size, the time against the reference;
-    a CUDA kernel that passes is also run under memcheck and racecheck.
+    a CUDA kernel that passes is also run under memcheck and racecheck. With --pool, on a GPU of the class's pool.
 
     Exit code: the run's (0 passed, 1 check failed, 2 usage error, 3 build error, 4 crash).
     """
     from playground import exercise
 
     try:
-        with _progress() as on_event:
-            rec = exercise.grade(folder, device.value, name, on_event, timeout, sanitize=not no_sanitize)
+        rec = _grade(folder, device.value, name, timeout, not no_sanitize, pool)
     except UsageError as e:
-        if json_:  # one record whatever happened: the board says "could not run" instead of refusing the class
+        if json_ and not pool:  # one record whatever happened: the board says "could not run" instead of refusing the class
             print(json.dumps(exercise.unusable(folder, name, e), indent=2))
         raise
     if json_:
@@ -713,7 +719,23 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
         _show_part(part, rec["run"] if k == 0 else None)
     _show_sanitized(rec)
     out.print(f"[b]{escape(exercise.score(rec))}[/b]", highlight=False)
+    if rec.get("worker"):
+        out.print(f"graded on the pool's {escape(rec['worker'])} as {escape(rec['student'])}", highlight=False)
     raise typer.Exit(rec["exit_code"])
+
+
+def _grade(folder: Path, device: str, name, timeout: float, sanitize: bool, pool: Path | None) -> dict:
+    """The record of a local grade, or of the pool's (the student is who the token says: --name is not sent)."""
+    from playground import exercise, remote
+
+    with _progress() as on_event:
+        if pool:
+            on_event(events.PHASE, phase="pool")
+            rec = remote.check(folder, pool, timeout, sanitize)
+            if rec.get("error") and not rec.get("dtypes"):  # the pool could not run it: the same one line as here
+                raise UsageError(rec["error"])
+            return rec
+        return exercise.grade(folder, device, name, on_event, timeout, sanitize=sanitize)
 
 
 def _show_sanitized(rec: dict) -> None:
@@ -767,15 +789,37 @@ Results = Annotated[Optional[list[Path]], typer.Argument(metavar="RESULTS", show
 @app.command()
 @friendly
 def board(results: Results = None,
-          out_dir: Annotated[Path, typer.Option("--out", help="Where board.csv and board.html go.")] = Path(".")):
+          out_dir: Annotated[Path, typer.Option("--out", help="Where board.csv and board.html go.")] = Path("."),
+          pool: Annotated[Optional[Path], typer.Option("--pool", metavar="POOL-DIR", show_default=False,
+                                                       help="Every record a pool kept (its folder).")] = None,
+          follow: Annotated[bool, typer.Option("--follow", help="With --pool: write the board again as results "
+                                                                "arrive, until Ctrl-C.")] = False):
     """The class board: who passed what, ranked by cases passed then speedup; also board.csv and board.html.
 
-    Collect each student's [b]kplay check DIR --json --name NAME > NAME.json[/b], then [b]kplay board *.json[/b].
+    Collect each student's [b]kplay check DIR --json --name NAME > NAME.json[/b], then [b]kplay board *.json[/b];
+    or, on a pool's server, [b]kplay board --pool kplay-pool --follow[/b].
     """
+    from playground.pool import Pool
+
+    if follow and not pool:
+        raise UsageError("--follow needs --pool: it watches the pool's results folder")
+    if not pool:
+        return _board(results or [], out_dir)
+    p = Pool(pool)
+    p.config  # a folder that is not a pool's is refused
+    _board(sorted(p.results.glob("*/*.json")), out_dir)
+    if follow:
+        from watchfiles import watch
+
+        for _ in watch(p.results, recursive=True):
+            _board(sorted(p.results.glob("*/*.json")), out_dir)
+
+
+def _board(results: list[Path], out_dir: Path) -> None:
     from playground import board as b
     from playground.board_page import page
 
-    entries, warnings = b.load([str(p) for p in results or []])
+    entries, warnings = b.load([str(p) for p in results])
     groups = b.rank(entries)
     b.targets(out_dir)  # a file kplay did not write is refused before the table
     for warning in warnings:
@@ -788,6 +832,86 @@ def board(results: Results = None,
 def _as_path(folder) -> str:
     """A folder as `kplay run` reads it: a bare name would mean the built-in family."""
     return str(folder) if folder.is_absolute() or str(folder).startswith(".") else f"./{folder}"
+
+
+# ---- kplay pool: a class's grading pool --------------------------------------------------------------------
+
+pool_app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, rich_markup_mode="rich",
+                       context_settings={"help_option_names": ["-h", "--help"]},
+                       help='A class\'s grading pool on Dask distributed (pip install "kplay\\[pool]"): see the README.')
+app.add_typer(pool_app, name="pool")
+PoolDir = Annotated[Path, typer.Option("--dir", help="The pool's folder: its CA, certificate, tokens and results.")]
+CpuWorkers = Annotated[int, typer.Option(help="CPU workers on a machine with no GPU (CPU exercises only).", min=1)]
+
+
+@pool_app.command("start")
+@friendly
+def pool_start(dir_: PoolDir = Path("kplay-pool"),
+               host: Annotated[str, typer.Option(help="The name or address students and workers reach this machine "
+                                                      "by.")] = "localhost",
+               port: Annotated[int, typer.Option(help="The scheduler's port (TLS).")] = 8786,
+               endpoint_port: Annotated[int, typer.Option(help="The students' endpoint's port (HTTPS).")] = 8787,
+               cpu_workers: CpuWorkers = 1):
+    """The scheduler, one supervised worker per visible GPU, and the students' endpoint; until Ctrl-C."""
+    from playground import pool
+
+    pool.needs_dask()
+    p = pool.create(dir_, host, port, endpoint_port)
+    joined = pool.join_file(p, dir_ / "join.json")
+    out.print(f"pool folder {dir_}; other servers join with [b]kplay pool join {joined}[/b] (keep it secret)",
+              highlight=False, soft_wrap=True)
+    pool.serve(p, cpu_workers, lambda line: out.print(escape(line), highlight=False, soft_wrap=True))
+
+
+@pool_app.command("add-student")
+@friendly
+def pool_add_student(names: Annotated[list[str], typer.Argument(metavar="NAME...", help="One or more students.",
+                                                                show_default=False)],
+                     dir_: PoolDir = Path("kplay-pool"),
+                     out_dir: Annotated[Optional[Path], typer.Option("--out", help="Where the token files go "
+                                                                     "(default: the pool's tokens/).")] = None):
+    """A token file per student (the endpoint, the CA, the token): hand each student theirs."""
+    from playground import pool
+
+    p, folder = pool.Pool(dir_), out_dir or dir_ / "tokens"
+    p.config  # a folder that is not a pool's is refused before any file is written
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        out.print(f"wrote {pool.add_student(p, name, folder)}", highlight=False, soft_wrap=True)
+
+
+@pool_app.command("join")
+@friendly
+def pool_join(join_file: Annotated[Path, typer.Argument(help="The join.json kplay pool start wrote.",
+                                                        show_default=False)],
+              dir_: PoolDir = Path("kplay-pool-worker"), cpu_workers: CpuWorkers = 1):
+    """This server's GPUs as workers of the instructor's pool, supervised; until Ctrl-C."""
+    from playground import pool
+
+    pool.needs_dask()
+    p, scheduler = pool.from_join_file(join_file, dir_)
+    pool.join(p, scheduler, cpu_workers, lambda line: out.print(escape(line), highlight=False, soft_wrap=True))
+
+
+@pool_app.command("status")
+@friendly
+def pool_status(dir_: PoolDir = Path("kplay-pool"), json_: Json = False):
+    """The pool's workers, their GPUs, what each grades now, and what waits."""
+    from playground import pool
+
+    pool.needs_dask()
+    try:
+        state = pool.status(pool.Pool(dir_))
+    except OSError as e:
+        raise UsageError(f"the pool's scheduler cannot be reached: {e}") from None
+    if json_:
+        print(json.dumps(state, indent=2))
+        return
+    out.print(f"scheduler {state['scheduler']}: {len(state['workers'])} workers, {len(state['waiting'])} grades waiting",
+              highlight=False)
+    for w in state["workers"]:
+        doing = ", ".join(w["grading"]) or "idle"
+        out.print(f"  {escape(w['name'])}: {escape(doing)}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":
