@@ -240,25 +240,29 @@ def serve(pool: Pool, cpu_workers: int, say) -> None:
     scheduler = f"tls://{config['host']}:{config['port']}"
     commands = {"scheduler": ([sys.executable, "-m", "playground.pool", "scheduler", str(pool.folder),
                                str(config["port"])], {}), **worker_commands(pool, scheduler, cpu_workers)}
-    (pool.folder / "logs").mkdir(exist_ok=True)
-    supervisor = Supervisor(commands, pool.folder / "logs")
     server = endpoint.serve(endpoint.Endpoint(pool, scheduler), config["endpoint_port"])
     say(f"scheduler {scheduler}; students: https://{config['host']}:{config['endpoint_port']}; "
         f"workers: {', '.join(n for n in commands if n != 'scheduler')}")
     try:
-        while True:
-            supervisor.step(say)
-            time.sleep(0.5)
+        _supervise(pool, commands, say)
     finally:
         server.shutdown()
-        supervisor.stop()
 
 
 def join(pool: Pool, scheduler: str, cpu_workers: int, say) -> None:
     """`kplay pool join`: this server's workers for the instructor's scheduler, supervised; until Ctrl-C."""
+    commands = worker_commands(pool, scheduler, cpu_workers)
+    say(f"joined {scheduler} with {', '.join(commands)}")
+    _supervise(pool, commands, say)
+
+
+def _supervise(pool: Pool, commands: dict, say) -> None:
+    """Keep the processes running until Ctrl-C or SIGTERM; then stop them all (their logs in the pool's logs/)."""
+    import signal
+
     (pool.folder / "logs").mkdir(exist_ok=True)
-    supervisor = Supervisor(worker_commands(pool, scheduler, cpu_workers), pool.folder / "logs")
-    say(f"joined {scheduler} with {', '.join(supervisor.commands)}")
+    supervisor = Supervisor(commands, pool.folder / "logs")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # a plain kill stops the children too
     try:
         while True:
             supervisor.step(say)
@@ -275,11 +279,11 @@ def status(pool: Pool) -> dict:
     with Client(f"tls://{config['host']}:{config['port']}", security=pool.security(), timeout=10,
                 set_as_default=False) as client:
         info, processing = client.scheduler_info(n_workers=-1), client.processing()
-        waiting = client.run_on_scheduler(_waiting)
-    workers = [{"name": str(w["name"]), "pid": w.get("pid"), "address": address,
+        waiting, pids = client.run_on_scheduler(_waiting), client.run(os.getpid)
+    workers = [{"name": str(w["name"]), "pid": pids.get(address), "address": address,
                 "gpu": bool(w.get("resources", {}).get("GPU")), "grading": [str(k) for k in processing.get(address, [])]}
                for address, w in info["workers"].items()]
-    return {"scheduler": info["address"], "workers": sorted(workers, key=lambda w: w["name"]), "waiting": waiting}
+    return {"scheduler": f"tls://{config['host']}:{config['port']}", "workers": sorted(workers, key=lambda w: w["name"]), "waiting": waiting}
 
 
 def _waiting(dask_scheduler) -> list[str]:
@@ -291,6 +295,9 @@ def main(argv: list[str]) -> None:
     """The supervised processes: `scheduler FOLDER PORT` and `worker FOLDER ADDRESS NAME RESOURCES`."""
     import asyncio
 
+    from .worker import die_with_parent
+
+    die_with_parent()  # the supervisor gone (even killed), its processes go too
     needs_dask()
     pool = Pool(Path(argv[1]))
     if argv[0] == "scheduler":

@@ -1,0 +1,194 @@
+"""The grading pool, for real: `kplay pool start` (a Dask scheduler and two CPU workers, separate processes, TLS
+with the class's CA) and its students' endpoint, which grades started folders submitted at once."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("distributed", reason='the pool needs kplay[pool]')
+pytestmark = pytest.mark.slow
+
+from playground import endpoint, exercise, pool, registry, remote  # noqa: E402
+from playground.errors import UsageError  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def until(what, seconds: float = 90.0, every: float = 0.2):
+    """what()'s first truthy value within `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            found = what()
+        except Exception:
+            found = None
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def kplay(*args, **run):
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}, **run)
+
+
+@pytest.fixture(scope="module")
+def class_pool(tmp_path_factory):
+    """A running pool with two CPU workers; its folder, and the supervisor's process."""
+    folder = tmp_path_factory.mktemp("pool") / "pool"
+    supervisor = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pool", "start", "--dir", folder, "--host",
+                                   "127.0.0.1", "--port", str(free_port()), "--endpoint-port", str(free_port()),
+                                   "--cpu-workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        until(lambda: len(pool.status(pool.Pool(folder))["workers"]) == 2)
+        yield pool.Pool(folder), supervisor
+    finally:
+        supervisor.terminate()
+        supervisor.wait(30)
+    assert not subprocess.run(["pgrep", "-f", f"playground.pool .* {folder}"], capture_output=True).stdout
+
+
+@pytest.fixture(scope="module")
+def students(class_pool, tmp_path_factory):
+    """Six started sum/cpp folders, each with its token: three solved, three left as started."""
+    p, _ = class_pool
+    root = tmp_path_factory.mktemp("class")
+    solved = registry.find("sum")
+    made = {}
+    for k, name in enumerate(["ada", "bob", "cy", "dee", "eve", "fay"]):
+        folder = root / name
+        exercise.start(solved, solved.variants["cpp"], folder, {}, name=name)
+        if k % 2 == 0:
+            shutil.copy(ROOT / "snippets" / "sum" / "sum.cpp", folder / "sum.cpp")
+        made[name] = folder, pool.add_student(p, name, root)
+    return made
+
+
+def test_six_students_at_once_are_graded_as_a_local_check_would(class_pool, students):
+    p, _ = class_pool
+    got = {}
+    threads = [threading.Thread(target=lambda n=n, f=f, t=t: got.update({n: remote.check(f, t, 120, True)}))
+               for n, (f, t) in students.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    local = {k: exercise.grade(students[n][0], "cpu", n, lambda *a, **kw: None) for k, n in ((0, "ada"), (1, "bob"))}
+    for k, name in enumerate(students):
+        rec, here = got[name], local[k % 2]
+        assert (rec["student"], rec["passed"], rec["checked"]) == (name, here["passed"], here["checked"])
+        assert rec["worker"].startswith(socket.gethostname()) and " CPU " in rec["worker"]
+        assert json.loads((p.results / name / "sum-cpp.json").read_text())["passed"] == rec["passed"]
+    assert here["passed"] < here["checked"] and local[0]["passed"] == local[0]["checked"]
+    shown = kplay("board", "--pool", p.folder, "--out", p.folder.parent / "board")
+    assert shown.returncode == 0, shown.stderr
+    assert len((p.folder.parent / "board" / "board.csv").read_text().splitlines()) == 1 + 6
+
+
+def test_the_cli_prints_what_a_local_check_prints_and_the_worker(class_pool, students):
+    folder, token = students["ada"]
+    pooled, local = kplay("check", folder, "--pool", token), kplay("check", folder, "--name", "ada")
+    assert pooled.returncode == local.returncode == 0, pooled.stderr
+    last = lambda text: [line.split(" · ")[0] for line in text.splitlines() if "cases passed" in line]  # noqa: E731
+    assert last(pooled.stdout) == last(local.stdout) != []
+    assert "graded on the pool's" in pooled.stdout and "as ada" in pooled.stdout
+
+
+def test_a_worker_killed_mid_grade_the_grade_finishes_on_the_other(class_pool, students):
+    p, _ = class_pool
+    folder, token = students["cy"]
+    got = []
+    thread = threading.Thread(target=lambda: got.append(remote.check(folder, token, 120, True)))
+    thread.start()
+    busy = until(lambda: next((w for w in pool.status(p)["workers"] if w["grading"]), None), every=0.05)
+    os.kill(busy["pid"], signal.SIGKILL)
+    thread.join(300)
+    assert len(got) == 1 and got[0]["passed"] == got[0]["checked"]  # one answer, and a whole one
+    assert got[0]["worker"] != busy["name"]
+    until(lambda: len(pool.status(p)["workers"]) == 2)  # the supervisor started the killed one again
+
+
+def test_no_token_another_pools_token_and_a_stranger_are_refused(class_pool, students, tmp_path):
+    p, _ = class_pool
+    folder, token = students["dee"]
+    forged = json.loads(token.read_text())
+    for bad, said in (("", "no token"), ("x" * 32, "not one of this pool's")):
+        (tmp_path / "bad").write_text(json.dumps({**forged, "token": bad}))
+        with pytest.raises(UsageError, match=said):
+            remote.check(folder, tmp_path / "bad", 120, True)
+    other = pool.create(tmp_path / "other", "127.0.0.1", free_port(), free_port())
+    theirs = json.loads(pool.add_student(other, "dee", tmp_path).read_text())["token"]
+    (tmp_path / "bad").write_text(json.dumps({**forged, "token": theirs}))  # their token, sent to this pool
+    with pytest.raises(UsageError, match="not one of this pool's"):
+        remote.check(folder, tmp_path / "bad", 120, True)
+    (tmp_path / "bad").write_text(json.dumps({**forged, "ca": (tmp_path / "other" / "ca.pem").read_text()}))
+    with pytest.raises(UsageError, match="cannot be reached.*CERTIFICATE_VERIFY_FAILED"):
+        remote.check(folder, tmp_path / "bad", 120, True)  # a server this student's CA did not sign is not trusted
+
+
+def test_a_dask_client_without_the_class_certificate_is_refused(class_pool, tmp_path):
+    from distributed import Client, Security
+
+    p, _ = class_pool
+    config = p.config
+    other = pool.create(tmp_path / "other", "127.0.0.1", free_port(), free_port())
+    stranger = Security(require_encryption=True, tls_ca_file=str(p.folder / "ca.pem"),  # trusts the pool, is not known
+                        tls_client_cert=str(other.folder / "cluster.pem"), tls_client_key=str(other.folder / "cluster.key"))
+    for address, security in ((f"tls://127.0.0.1:{config['port']}", stranger), (f"tcp://127.0.0.1:{config['port']}", None)):
+        with pytest.raises(Exception):
+            Client(address, security=security, timeout=5, set_as_default=False)
+
+
+def test_nothing_outside_the_exercises_files_is_taken():
+    with pytest.raises(endpoint.Refused, match="takes only sum.cpp; not spec.py"):
+        endpoint.submission({"family": "sum", "variant": "cpp", "files": {"spec.py": "import os"}})
+    with pytest.raises(endpoint.Refused, match="not an exercise of this pool"):
+        endpoint.submission({"family": "../../etc", "variant": "cpp", "files": {}})
+    with pytest.raises(endpoint.Refused, match="over 256 KB"):
+        endpoint.submission({"family": "sum", "variant": "cpp", "files": {"sum.cpp": "x" * (257 << 10)}})
+    with pytest.raises(UsageError, match="student name"):
+        pool.add_student(pool.Pool(ROOT), "../ada", ROOT)
+
+
+def test_a_restarted_scheduler_loses_no_result_and_no_student_waits(class_pool, students):
+    p, _ = class_pool
+    folder, token = students["eve"]
+    got = []
+    thread = threading.Thread(target=lambda: got.append(_outcome(folder, token)))
+    thread.start()
+    until(lambda: any(w["grading"] for w in pool.status(p)["workers"]), every=0.05)
+    kept = sorted(p.results.glob("*/*.json"))
+    scheduler = int(subprocess.run(["pgrep", "-f", f"playground.pool scheduler {p.folder}"], capture_output=True,
+                                   text=True).stdout.split()[0])
+    os.kill(scheduler, signal.SIGKILL)
+    thread.join(120)
+    assert got and ("send it again" in got[0] or got[0] == "graded"), got  # told to resubmit, or graded: never left waiting
+    until(lambda: len(pool.status(p)["workers"]) == 2, seconds=120)  # the supervisor brought them all back
+    assert sorted(p.results.glob("*/*.json")) == kept or len(sorted(p.results.glob("*/*.json"))) >= len(kept)
+    again = remote.check(folder, token, 120, True)
+    assert again["student"] == "eve" and again["passed"] == again["checked"]
+
+
+def _outcome(folder, token) -> str:
+    try:
+        remote.check(folder, token, 120, True)
+        return "graded"
+    except UsageError as e:
+        return str(e)
