@@ -3,7 +3,8 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-par + tests-serial, each under 10 minutes) notebook watch ladder sum linear lltm lltm-cli lltm-small
+#     steps: tests (or tests-par + tests-serial, each under 10 minutes) pool pool-tests notebook watch ladder sum linear
+#            lltm lltm-cli lltm-small
 #            rebuild sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
@@ -16,14 +17,16 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.
     echo "$name: exit $? after $((SECONDS - start)) s" | tee -a $R/summary.txt
     tar czf $OUT/results.tgz -C $R .  # after every step: a call cut short still returns what ran
 }
-# Carried wheels: nvidia-ml-py, cuda-bench (nvbench), pytest-xdist; in .whl/nb, watchfiles and the notebook tests' nbclient and ipykernel.
+# Carried wheels: nvidia-ml-py, cuda-bench (nvbench), pytest-xdist; in .whl/nb, watchfiles and the notebook tests' nbclient
+# and ipykernel; in .whl/pool, distributed and cryptography with what they need (pip download, README).
 { python3 -m pip install -q --no-deps .whl/*.whl
-  python3 -m pip install -q --no-index --find-links .whl/nb nbclient nbformat ipykernel watchfiles; } > $R/pip.txt 2>&1
+  python3 -m pip install -q --no-index --find-links .whl/nb nbclient nbformat ipykernel watchfiles
+  python3 -m pip install -q --no-index --find-links .whl/pool distributed cryptography; } > $R/pip.txt 2>&1
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
 # The tests that time or profile run alone on the GPU; the rest, 8 at a time (pytest-xdist, carried).
-SERIAL="tests/test_timing.py tests/test_profile.py tests/test_resources.py"
+SERIAL="tests/test_timing.py tests/test_profile.py tests/test_resources.py tests/test_neighbours.py"
 ALONE="tests/test_wrong.py::test_skip_and_rescale_fails_at_every_seed"  # 1e9 at five seeds: 20 GB of the GPU
-PAR=$(ls tests/test_*.py | grep -v -e test_timing -e test_profile -e test_resources | tr '\n' ' ')
+PAR=$(ls tests/test_*.py | grep -v -e test_timing -e test_profile -e test_resources -e test_neighbours | tr '\n' ' ')
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
         tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n 8 $PAR -k "not every_seed"
@@ -48,6 +51,8 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                  step sanitize-fast 90 bash -c "time python3 cli.py run sum --variant fast --sanitize memcheck"
                  step sass-fast 60 python3 cli.py show sum --variant fast --sass --solution
                  step ptx-fast 60 python3 cli.py show sum --variant fast --ptx --solution ;;
+        pool) step pool-gpu 500 python3 benchmarks/pool.py --local --out $R ;;
+        pool-tests) step pytest-pool 300 env -u COLUMNS python3 -m pytest -q -p no:cacheprovider tests/test_pool.py tests/test_lease.py ;;
         sanitize-cost) step check-sanitize 330 python3 benchmarks/check_sanitize.py --repeat 1 --out $R/check-sanitize.md ;;
         cheats) step cheats 400 python3 benchmarks/cheats.py --n 1e8 --out $R/cheats.md ;;
         timer-probe) step timer-probe 200 python3 benchmarks/timer_probe.py --out $R/timer-probe.md ;;

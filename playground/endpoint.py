@@ -79,7 +79,8 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
         for name, text in files.items():
             (folder / name).write_text(text)
         try:
-            rec = exercise.grade(folder, v.device, student, lambda *a, **k: None, timeout, sanitize)
+            rec = exercise.grade(folder, "cuda" if v.device == "cuda" else "cpu", student, lambda *a, **k: None,
+                                 timeout, sanitize)
         except KplayError as e:
             rec = exercise.unusable(folder, student, e)
     return rec | {"worker": _worker_name()}

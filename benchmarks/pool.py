@@ -1,0 +1,209 @@
+"""The pool under a class's load: each exercise graded alone, then every student at once, on one pool.
+
+    python3 benchmarks/pool.py --out benchmarks/results              # the GPU box: sum's four rungs, lltm/cuda
+    python3 benchmarks/pool.py --cpu --students 6 --out /tmp          # here: sum/cpp on two CPU workers
+
+It starts `kplay pool start` (one worker per GPU, or --cpu-workers), makes a token and a solved folder per
+student (two per exercise), grades one of each exercise alone (the solo figures), then all the students at
+once, each from a client process that sees no GPU and no nvcc (CUDA_VISIBLE_DEVICES= and a PATH without the
+toolkit), as a student's laptop. It reports the batch's wall time against N x one grade / workers, each
+student's time against the solo run of the same kernel, and the board's ranks both ways. --local also times
+four concurrent `kplay run lltm --device cuda --variant cuda-fast` (no pool) against one alone: the lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+GPU_EXERCISES = [("sum", "tree"), ("sum", "first-add"), ("sum", "shuffle"), ("sum", "fast"), ("lltm", "cuda")]
+CPU_EXERCISES = [("sum", "cpp"), ("linear", "cpp"), ("lltm", "cpp")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def laptop_env() -> dict:
+    """A student's machine: no GPU visible, no CUDA toolkit on the PATH."""
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if not (Path(p) / "nvcc").exists())
+    return {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PATH": path, "COLUMNS": "80", "NO_COLOR": "1"}
+
+
+def start_pool(folder: Path, cpu_workers: int) -> subprocess.Popen:
+    from playground import pool
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pool", "start", "--dir", str(folder), "--host",
+                             "127.0.0.1", "--port", str(free_port()), "--endpoint-port", str(free_port()),
+                             "--cpu-workers", str(cpu_workers)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        try:
+            if pool.status(pool.Pool(folder))["workers"]:
+                return proc
+        except Exception:
+            pass
+        time.sleep(0.5)
+    raise SystemExit("the pool did not start within 120 s")
+
+
+def solved(family: str, variant: str, folder: Path, name: str) -> None:
+    """A started folder with the exercise's own solution in it."""
+    from playground import exercise, registry
+
+    fam = registry.find(family)
+    v = fam.variants[variant]
+    exercise.start(fam, v, folder, {}, name=name)
+    for source in [*v.sources, *v.includes]:
+        shutil.copy(fam.path / source, folder / source)
+
+
+def grade(folder: Path, token: Path, sanitize: bool) -> tuple[dict, float, str]:
+    """One student's `kplay check --pool --json` from a laptop-like process: (record, seconds, its report)."""
+    t = time.perf_counter()
+    extra = [] if sanitize else ["--no-sanitize"]
+    done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "check", str(folder), "--pool", str(token), "--json",
+                           *extra], capture_output=True, text=True, env=laptop_env())
+    seconds = time.perf_counter() - t
+    try:
+        return json.loads(done.stdout), seconds, done.stderr
+    except ValueError:
+        raise SystemExit(f"{folder.name}: {done.stderr.strip()[-400:]}")
+
+
+def time_of(rec: dict) -> float | None:
+    v = rec.get("run", {}).get("variants", [{}])[0]
+    return (v.get("time") or {}).get("median_s")
+
+
+def ranks(records: list[dict]) -> dict[str, int]:
+    """Each student's rank on the board built from these records (ties share one)."""
+    from playground import board
+
+    entries = [board.entry(r, Path(f"{r['student']}.json")) for r in records]
+    return {e.student: k for g in board.rank(entries) for k, e in g.rows}
+
+
+def local_lease(runs: int = 4) -> list[str]:
+    """`kplay run lltm --device cuda --variant cuda-fast` alone, then four at once (no pool): the lease's work."""
+    argv = [sys.executable, str(ROOT / "cli.py"), "run", "lltm", "--device", "cuda", "--variant", "cuda-fast",
+            "--batch", "1024", "--features", "512", "--state", "1024", "--json"]
+
+    def one() -> dict:
+        return json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+    solo = one()
+    with ThreadPoolExecutor(runs) as ex:
+        together = list(ex.map(lambda _: one(), range(runs)))
+    lines = ["| run | forward | backward | x eager (call) | waited | timed from-to (s, from the first) | warnings |",
+             "|---|---|---|---|---|---|---|"]
+    first = min(r["lease"]["timed_from"] for r in together)
+    for name, r in [("alone", solo), *((f"together {k + 1}", r) for k, r in enumerate(together))]:
+        v, lease = r["variants"][0], r["lease"]
+        steps = {k: t["median_s"] * 1e6 for k, t in v[v["clock"]].items()}
+        span = f"{lease['timed_from'] - first:.2f}-{lease['timed_to'] - first:.2f}" if r is not solo else "-"
+        lines.append(f"| {name} | {steps.get('forward', 0):.0f} µs | {steps.get('backward', 0):.0f} µs | "
+                     f"{v['speedup']:.2f} | {lease['waited_s']:.1f} s | {span} | {'; '.join(r['warnings']) or '-'} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu", action="store_true", help="CPU exercises on CPU workers (no GPU needed)")
+    parser.add_argument("--students", type=int, default=0, help="how many (default: two per exercise)")
+    parser.add_argument("--cpu-workers", type=int, default=2)
+    parser.add_argument("--no-sanitize", action="store_true")
+    parser.add_argument("--local", action="store_true", help="also four concurrent local lltm runs (the lease)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    from playground import pool
+
+    exercises = CPU_EXERCISES if args.cpu else GPU_EXERCISES
+    n = args.students or 2 * len(exercises)
+    with tempfile.TemporaryDirectory(prefix="kplay-pool-bench-") as tmp:
+        folder = Path(tmp) / "pool"
+        proc = start_pool(folder, args.cpu_workers)
+        try:
+            lines = run_class(pool.Pool(folder), exercises, n, Path(tmp), not args.no_sanitize)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    if args.local:
+        lines += ["", "Four concurrent local runs (no pool), lltm cuda-fast at (1024, 512, 1024):", "",
+                  *local_lease()]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        name = "pool-cpu.md" if args.cpu else "pool-gpu.md"
+        (args.out / name).write_text(text)
+
+
+def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool) -> list[str]:
+    """Solo grades, then the whole class at once; the table."""
+    from playground import pool
+
+    students = []
+    for k in range(n):
+        family, variant = exercises[k % len(exercises)]
+        name = f"s{k + 1:02d}-{family}-{variant}"
+        solved(family, variant, tmp / name, name)
+        students.append((name, (family, variant), tmp / name, pool.add_student(p, name, tmp)))
+    solo = {}
+    for name, ex, folder, token in students:
+        if ex not in solo:
+            solo[ex] = grade(folder, token, sanitize)
+    workers = len(pool.status(p)["workers"])
+    t = time.perf_counter()
+    with ThreadPoolExecutor(n) as ex:
+        done = list(ex.map(lambda s: grade(s[2], s[3], sanitize), students))
+    wall = time.perf_counter() - t
+    one = statistics.median(seconds for _, seconds, _ in solo.values())
+    return table(students, solo, done, wall, one, workers)
+
+
+def table(students, solo, done, wall, one, workers) -> list[str]:
+    ideal = len(students) * one / workers
+    lines = [f"{len(students)} students at once on {workers} worker(s): {wall:.1f} s; "
+             f"N x one grade / workers = {len(students)} x {one:.1f} s / {workers} = {ideal:.1f} s "
+             f"(ratio {wall / ideal:.2f})", "",
+             "| student | worker | cases | time | solo | ratio | rank | solo rank | waited | while timing |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    records = [rec for rec, _, _ in done]
+    together = ranks(records)
+    alone = ranks([{**solo[ex][0], "student": name} for name, ex, _, _ in students])
+    for (name, ex, _, _), (rec, _, _) in zip(students, done):
+        mine, theirs = time_of(rec), time_of(solo[ex][0])
+        ratio = f"{mine / theirs:.3f}" if mine and theirs else "-"
+        lines.append(f"| {name} | {rec.get('worker', '?')} | {rec['passed']}/{rec['checked']} | "
+                     f"{mine * 1e6 if mine else 0:.1f} µs | {theirs * 1e6 if theirs else 0:.1f} µs | {ratio} | "
+                     f"{together.get(name)} | {alone.get(name)} | {rec['run'].get('lease', {}).get('waited_s', 0):.1f} s | "
+                     f"{_others(rec['run'])} |")
+    return lines
+
+
+def _others(run: dict) -> str:
+    """Who else the timing saw: NVML's other processes on the GPU, or the others' share of the timed CPU cores."""
+    seen = run.get("neighbours") or {}
+    if seen.get("gpu_others") is not None:
+        return f"{seen['gpu_others']} other GPU process(es)"
+    return f"CPU {100 * seen['cpu_busy']:.0f}% busy" if seen.get("cpu_busy") is not None else seen.get("note") or "-"
+
+
+if __name__ == "__main__":
+    main()
