@@ -174,7 +174,24 @@ def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool) -> list[str
         done = list(ex.map(lambda s: grade(s[2], s[3], sanitize), students))
     wall = time.perf_counter() - t
     one = statistics.median(seconds for _, seconds, _ in solo.values())
-    return table(students, solo, done, wall, one, workers)
+    return table(students, solo, done, wall, one, workers) + same_report(students[0], sanitize)
+
+
+def same_report(student, sanitize: bool) -> list[str]:
+    """One student's `kplay check DIR --pool TOKEN` from the laptop-like process beside a local `kplay check DIR`
+    on this machine: the reports, and whether their verdict lines agree."""
+    name, _, folder, token = student
+    extra = [] if sanitize else ["--no-sanitize"]
+    base = [sys.executable, str(ROOT / "cli.py"), "check", str(folder), *extra]
+    pooled = subprocess.run([*base, "--pool", str(token)], capture_output=True, text=True, env=laptop_env())
+    local = subprocess.run([*base, "--name", name], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "80", "NO_COLOR": "1"})
+    verdict = lambda text: [ln.split(" · ")[0] for ln in text.splitlines() if "cases passed" in ln or ln in ("PASS", "FAIL")]  # noqa: E731
+    agree = verdict(pooled.stdout) == verdict(local.stdout) and pooled.returncode == local.returncode
+    return ["", f"{name}: the pool's report from a process with no GPU and no nvcc, and a local check here: "
+                f"verdict lines {'agree' if agree else 'DIFFER'} (exit {pooled.returncode} and {local.returncode})",
+            "", "```", "$ CUDA_VISIBLE_DEVICES= kplay check DIR --pool TOKEN", pooled.stdout.rstrip(),
+            pooled.stderr.rstrip(), "$ kplay check DIR", local.stdout.rstrip(), "```"]
 
 
 def table(students, solo, done, wall, one, workers) -> list[str]:
