@@ -78,6 +78,10 @@ Help = Annotated[bool, typer.Option("--help", "-h", help="Show this message; wit
 Force = Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
 Solution = Annotated[bool, typer.Option("--solution", help="An exercise's solution, not its starter.")]
 Folder = Annotated[Optional[str], typer.Argument(help="Where to write (default ./NAME).", show_default=False)]
+PoolToken = Annotated[Optional[Path], typer.Option("--pool", envvar="KPLAY_POOL", show_default=False, metavar="TOKEN-FILE",
+                                                   help="Grade on the class's pool, with the token file your "
+                                                        "instructor gave you (also $KPLAY_POOL).")]
+
 # `kplay run sum --n 1e7`: a family's sizes are options of its own, parsed by kplay (--help lists them).
 FAMILY_OPTIONS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
@@ -271,7 +275,8 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
         verbose: Annotated[bool, typer.Option("--verbose", help="With --sanitize: the tool's whole output.")] = False,
         path: Path_ = None, help_: Help = False,
         against: Annotated[Optional[Path], typer.Option(help="A --json record of an earlier run: faster, slower or same, per variant.")] = None,
-        explain: Annotated[bool, typer.Option("--explain", help="Every C++ loop's vectorization verdict, however many.")] = False):
+        explain: Annotated[bool, typer.Option("--explain", help="Every C++ loop's vectorization verdict, however many.")] = False,
+        pool: PoolToken = None):
     """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
 
     The kernel's sizes are options too: [b]kplay run sum --n 1e7[/b], [b]kplay run lltm --batch 64[/b]
@@ -292,9 +297,20 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
                        options=family_options(ctx))
     before = compare.load(against, req) if against else None
     with _progress() as on_event:
-        result = _sanitized(req, sanitize, on_event) if sanitize else isolate.run(req, on_event)
+        result = (_pooled(req, pool, sanitize, on_event) if pool else _sanitized(req, sanitize, on_event) if sanitize
+                  else isolate.run(req, on_event))
     _show_run(result, json_, sanitize, verbose, before, explain)
     raise typer.Exit(result["exit_code"])
+
+
+def _pooled(req, token: Path, sanitize, on_event) -> dict:
+    """The run on a worker of the class's pool (a tool runs here only: --sanitize and --pool do not go together)."""
+    from playground import remote
+
+    if sanitize:
+        raise UsageError("--sanitize runs the tool on this machine: it cannot go with --pool")
+    on_event(events.PHASE, phase="pool")
+    return remote.run(req, token)
 
 
 @app.command(context_settings=FAMILY_OPTIONS)
@@ -353,6 +369,8 @@ def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, be
         out.print(sanitizer.report(result, verbose))
     if before and "variants" in result:
         out.print(report.against_table(before, result))
+    if result.get("worker"):
+        out.print(f"ran on the pool's {escape(result['worker'])}", highlight=False)
 
 
 def _sanitized_device(tool: str, device: Device) -> Device:
@@ -685,11 +703,6 @@ def start(exercise_: Annotated[str, typer.Argument(metavar="NAME", help="NAME or
 
 Student = Annotated[Optional[str], typer.Option("--name", help="The student's name in the record (default: the one "
                                                                  "kplay start wrote in the folder).")]
-
-
-PoolToken = Annotated[Optional[Path], typer.Option("--pool", envvar="KPLAY_POOL", show_default=False, metavar="TOKEN-FILE",
-                                                   help="Grade on the class's pool, with the token file your "
-                                                        "instructor gave you (also $KPLAY_POOL).")]
 
 
 @app.command()

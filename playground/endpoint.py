@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
+import re
 import ssl
 import threading
 import uuid
@@ -18,7 +20,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .errors import UsageError
-from .pool import Pool, _write
 
 MAX_BYTES = 1 << 20  # a submission's whole body
 MAX_FILE = 256 << 10  # one source file
@@ -86,6 +87,60 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
     return rec | {"worker": _worker_name()}
 
 
+FILE_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")  # a kernel folder's file: a name, or one folder deep
+RUN_FIELDS = ("device", "variant", "dtype", "seed", "sizes", "params", "bench", "baselines", "skip_baselines",
+              "one_baseline", "budget_s", "warnings", "given_params", "test_sizes")
+
+
+def run_submission(body: dict) -> tuple[dict, dict]:
+    """(request, files) of a `run --pool`: the request's own fields only (a run, never a tool's), and the files
+    of a kernel folder (none for a built-in family: the pool's own)."""
+    request, files = body.get("request"), body.get("files")
+    if not isinstance(request, dict) or not isinstance(files, dict) or len(files) > 32:
+        raise Refused(400, "a run carries its request and at most 32 files")
+    bad = [n for n, t in files.items() if not FILE_NAME.fullmatch(n) or ".." in n.split("/") or not isinstance(t, str)]
+    if bad:
+        raise Refused(400, f"not a file name a kernel folder has: {bad[0]!r}")
+    if any(len(t.encode()) > MAX_FILE for t in files.values()):
+        raise Refused(413, f"a file is over {MAX_FILE >> 10} KB")
+    if files and "task.toml" not in files:
+        raise Refused(400, "a kernel folder's files include its task.toml")
+    if not re.fullmatch(r"[\w-]{1,64}", str(request.get("family"))):
+        raise Refused(400, "a family's name: letters, digits, '_' and '-'")
+    if request.get("device") not in ("auto", "cpu", "cuda"):
+        raise Refused(400, "device: auto, cpu or cuda")
+    kept = {k: request[k] for k in RUN_FIELDS if k in request}
+    return {"family": str(request.get("family")), "timeout": min(float(request.get("timeout") or 120.0), 600.0),
+            **kept}, files
+
+
+def run_files(request_json: str, files: dict) -> dict:
+    """On a worker: the kernel folder written to a temporary folder (or the pool's built-in family), run in
+    kplay's child as `kplay run` runs it: {"result"} or {"error"}, and the worker's name."""
+    import dataclasses
+    import tempfile
+
+    from . import isolate, registry
+    from .errors import KplayError
+    from .request import Request
+
+    raw = json.loads(request_json)
+    with tempfile.TemporaryDirectory(prefix="kplay-run-") as tmp:
+        folder = Path(tmp) / raw["family"] if files else None
+        for name, text in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+        try:
+            path = folder or registry.find(raw["family"]).path
+            req = dataclasses.replace(Request(family=raw["family"], path=str(path)), **{k: v for k, v in raw.items()
+                                                                                       if k != "family"})
+            req = Request.from_json(req.to_json())  # lists back to tuples
+            reply = {"result": isolate.run(req)}  # "auto" takes this worker's GPU where the family has a CUDA variant
+        except KplayError as e:
+            reply = {"error": {"kind": type(e).__name__, "message": str(e), "details": getattr(e, "details", [])}}
+    return reply | {"worker": _worker_name()}
+
+
 def _worker_name() -> str:
     try:
         from distributed import get_worker
@@ -98,7 +153,8 @@ def _worker_name() -> str:
 class Endpoint:
     """Tokens checked, grades submitted to the cluster, records kept: the logic behind the HTTPS server."""
 
-    def __init__(self, pool: Pool, scheduler: str):
+    def __init__(self, pool, scheduler: str):
+        """pool: a pool.Pool (its tokens, results folder and the cluster's TLS)."""
         self.pool, self.scheduler, self._client, self._lock = pool, scheduler, None, threading.Lock()
 
     def student(self, token) -> str:
@@ -128,22 +184,34 @@ class Endpoint:
         student = self.student(body.get("token"))
         fam, v, files = submission(body)
         timeout = min(float(body.get("timeout") or 120.0), 600.0)
-        resources = {"GPU": 1} if v.device == "cuda" else {"GRADE": 1}
+        rec = self.submit(grade_files, (fam.name, v.name, files, student, timeout, bool(body.get("sanitize", True))),
+                          f"grade {student} {fam.name}/{v.name}", v.device == "cuda")
+        self.save(student, fam.name, v.name, rec)
+        return rec
+
+    def run(self, body: dict) -> dict:
+        """`kplay run --pool`: the request run on a worker (not kept: only grades are)."""
+        student = self.student(body.get("token"))
+        request, files = run_submission(body)
+        gpu = request["device"] == "cuda" or (request["device"] == "auto" and self.gpus() > 0)
+        return self.submit(run_files, (json.dumps(request), files), f"run {student} {request['family']}", gpu)
+
+    def gpus(self) -> int:
+        return sum(bool(w.get("resources", {}).get("GPU")) for w in self.client().scheduler_info()["workers"].values())
+
+    def submit(self, fn, args: tuple, key: str, gpu: bool):
+        """fn(*args) on a free worker (one with a GPU where `gpu`); its value, or Refused when the pool cannot."""
         try:
             client = self.client()
-            if v.device == "cuda" and not any(w.get("resources", {}).get("GPU") for w in
-                                              client.scheduler_info()["workers"].values()):
-                raise Refused(503, f"{fam.name}/{v.name} needs a GPU and this pool has no GPU worker now")
-            future = client.submit(grade_files, fam.name, v.name, files, student, timeout,
-                                   bool(body.get("sanitize", True)), key=f"grade {student} {fam.name}/{v.name} "
-                                   f"{uuid.uuid4().hex[:6]}", resources=resources, pure=False)
-            rec = future.result()
+            if gpu and not self.gpus():
+                raise Refused(503, "this needs a GPU and the pool has no GPU worker now")
+            future = client.submit(fn, *args, key=f"{key} {uuid.uuid4().hex[:6]}",
+                                   resources={"GPU": 1} if gpu else {"GRADE": 1}, pure=False)
+            return future.result()
         except Refused:
             raise
         except Exception as e:  # the scheduler restarted, or the grade killed its workers: never a silent wait
             raise Refused(503, f"the pool lost this grade ({type(e).__name__}): send it again") from None
-        self.save(student, fam.name, v.name, rec)
-        return rec
 
     def save(self, student: str, family: str, variant: str, rec: dict) -> Path:
         """The latest record per student per exercise; every name in the path is the pool's, never the student's."""
@@ -152,8 +220,17 @@ class Endpoint:
             raise Refused(500, "a student name outside the results folder")
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{family}-{variant}.json"
-        _write(path, json.dumps(rec, indent=2), 0o644)
+        write_whole(path, json.dumps(rec, indent=2), 0o644)
         return path
+
+
+def write_whole(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write whole or not at all (a reader never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
@@ -164,13 +241,14 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
             try:
-                if self.path != "/check":
+                if self.path not in ("/check", "/run"):
                     raise Refused(404, f"no such request: {self.path}")
                 size = int(self.headers.get("Content-Length") or 0)
                 if size > MAX_BYTES:
                     raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB")
                 body = json.loads(self.rfile.read(size) or b"{}")
-                status, reply = 200, {"record": endpoint.grade(body if isinstance(body, dict) else {})}
+                body = body if isinstance(body, dict) else {}
+                status, reply = 200, ({"record": endpoint.grade(body)} if self.path == "/check" else endpoint.run(body))
             except Refused as e:
                 status, reply = e.status, {"error": str(e)}
             except (ValueError, UsageError) as e:

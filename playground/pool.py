@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .endpoint import write_whole
 from .errors import UsageError
 
 NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,63}")  # a student's name: a file name under results/, never a path
@@ -77,24 +78,15 @@ def create(folder: Path, host: str, port: int, endpoint_port: int) -> Pool:
         config = pool.config
         if (config["host"], config["port"], config["endpoint_port"]) != (host, port, endpoint_port):
             config.update(host=host, port=port, endpoint_port=endpoint_port)
-            _write(folder / "pool.json", json.dumps(config, indent=2))
+            write_whole(folder / "pool.json", json.dumps(config, indent=2))
         return pool
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)  # the CA's key and the cluster's certificate: the instructor's alone
     _certificates(folder, host)
     (folder / "results").mkdir(exist_ok=True)
-    _write(folder / "pool.json", json.dumps({"id": secrets.token_hex(8), "host": host, "port": port,
+    write_whole(folder / "pool.json", json.dumps({"id": secrets.token_hex(8), "host": host, "port": port,
                                              "endpoint_port": endpoint_port}, indent=2))
     return pool
-
-
-def _write(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write whole or not at all (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _certificates(folder: Path, host: str) -> None:
@@ -119,10 +111,10 @@ def _certificates(folder: Path, host: str) -> None:
     pem = lambda c: c.public_bytes(serialization.Encoding.PEM).decode()  # noqa: E731
     secret = lambda k: k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,  # noqa: E731
                                        serialization.NoEncryption()).decode()
-    _write(folder / "ca.pem", pem(ca), 0o644)
-    _write(folder / "ca.key", secret(ca_key))
-    _write(folder / "cluster.pem", pem(cert))
-    _write(folder / "cluster.key", secret(key))
+    write_whole(folder / "ca.pem", pem(ca), 0o644)
+    write_whole(folder / "ca.key", secret(ca_key))
+    write_whole(folder / "cluster.pem", pem(cert))
+    write_whole(folder / "cluster.key", secret(key))
 
 
 def add_student(pool: Pool, name: str, out: Path) -> Path:
@@ -135,9 +127,9 @@ def add_student(pool: Pool, name: str, out: Path) -> Path:
     config, token = pool.config, secrets.token_urlsafe(24)
     tokens = {digest: who for digest, who in pool.tokens().items() if who != name}
     tokens[hashlib.sha256(token.encode()).hexdigest()] = name
-    _write(pool.folder / "tokens.json", json.dumps(tokens, indent=2))
+    write_whole(pool.folder / "tokens.json", json.dumps(tokens, indent=2))
     path = out / f"{name}.kplay-token"
-    _write(path, json.dumps({"endpoint": f"https://{config['host']}:{config['endpoint_port']}", "student": name,
+    write_whole(path, json.dumps({"endpoint": f"https://{config['host']}:{config['endpoint_port']}", "student": name,
                              "pool": config["id"], "token": token, "ca": (pool.folder / "ca.pem").read_text()},
                             indent=2))
     return path
@@ -149,7 +141,7 @@ def join_file(pool: Pool, out: Path) -> Path:
     config = pool.config
     bundle = {"scheduler": f"tls://{config['host']}:{config['port']}", "pool": config["id"],
               **{n: (pool.folder / n).read_text() for n in ("ca.pem", "cluster.pem", "cluster.key")}}
-    _write(out, json.dumps(bundle, indent=2))
+    write_whole(out, json.dumps(bundle, indent=2))
     return out
 
 
@@ -161,7 +153,7 @@ def from_join_file(path: Path, folder: Path) -> tuple[Pool, str]:
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(0o700)
         for n in ("ca.pem", "cluster.pem", "cluster.key"):
-            _write(folder / n, bundle[n])
+            write_whole(folder / n, bundle[n])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{path}: not a join file written by kplay pool start ({e})") from None
     return Pool(folder), scheduler

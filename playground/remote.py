@@ -40,19 +40,45 @@ def sources(folder: Path) -> tuple[str, str, dict]:
     return ex["family"], v.name, files
 
 
+SUFFIXES = (".toml", ".py", ".cpp", ".cu", ".h", ".cuh", ".hpp")  # what `run --pool` sends of a kernel folder
+
+
 def check(folder: Path, token_file: Path, timeout: float, sanitize: bool) -> dict:
     """The record the pool graded (its worker named in "worker"); the pool's refusal as a one-line error."""
-    pass_ = token(token_file)
     family, variant, files = sources(folder)
-    body = json.dumps({"token": pass_["token"], "family": family, "variant": variant, "files": files,
-                       "timeout": timeout, "sanitize": sanitize}).encode()
+    return _post(token(token_file), "/check", {"family": family, "variant": variant, "files": files,
+                                               "timeout": timeout, "sanitize": sanitize})["record"]
+
+
+def run(req, token_file: Path) -> dict:
+    """`kplay run ... --pool`: the run's record from a worker of the pool; a kplay error there is raised here.
+    A built-in family is the pool's own; a folder's kernel files (task.toml, spec.py, sources) are sent."""
+    from . import registry
+    from .errors import BuildError, KernelCrash
+
+    folder = Path(req.path)
+    builtin = folder.parent.resolve() == registry.BUILTIN.resolve()
+    files = {} if builtin else {str(f.relative_to(folder)): f.read_text() for f in sorted(folder.rglob("*"))
+                                if f.is_file() and f.suffix in SUFFIXES and "__pycache__" not in f.parts
+                                and not any(p.startswith(".") for p in f.relative_to(folder).parts)}
+    reply = _post(token(token_file), "/run", {"request": json.loads(req.to_json()), "files": files})
+    if "error" in reply:
+        err = reply["error"]
+        error = {"BuildError": BuildError, "KernelCrash": KernelCrash}.get(err["kind"], UsageError)(err["message"])
+        error.details = err.get("details", [])
+        raise error
+    return reply["result"] | {"worker": reply["worker"]}
+
+
+def _post(pass_: dict, path: str, body: dict) -> dict:
+    """POST the token and body to the endpoint over HTTPS, trusting the class's CA alone."""
+    data = json.dumps({"token": pass_["token"], **body}).encode()
     context = ssl.create_default_context(cadata=pass_["ca"])  # the class's CA, and no other
     context.check_hostname = False  # the server may be reached by any name; its certificate must still be the CA's
-    request = urllib.request.Request(f"{pass_['endpoint']}/check", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(f"{pass_['endpoint']}{path}", data=data, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, context=context, timeout=REPLY_S) as reply:
-            return json.loads(reply.read())["record"]
+            return json.loads(reply.read())
     except urllib.error.HTTPError as e:
         raise _refusal(e) from None
     except (urllib.error.URLError, OSError) as e:

@@ -98,8 +98,12 @@ def _lease(request, alone: bool, on_event):
     if not alone:
         return contextlib.nullcontext()
     from . import lease, runner
+    from .errors import UsageError
 
-    key = lease.of(runner.resolve_device(request.device, request.load_family(), request.variant))
+    try:
+        key = lease.of(runner.resolve_device(request.device, request.load_family(), request.variant))
+    except UsageError:  # no such device here: the run itself says so, in its own words
+        return contextlib.nullcontext()
     return lease.held(key, exclusive=True, on_wait=lambda: on_event(events.WAIT, device=key))
 
 

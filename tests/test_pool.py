@@ -192,3 +192,18 @@ def _outcome(folder, token) -> str:
         return "graded"
     except UsageError as e:
         return str(e)
+
+
+def test_run_on_the_pool_a_built_in_family_and_a_folder_with_a_compile_error(class_pool, students, tmp_path):
+    _, token = students["fay"]
+    ran = kplay("run", "sum", "--n", "1e5", "--pool", token)
+    assert ran.returncode == 0 and "ran on the pool's" in ran.stdout and "PASS" in ran.stdout, ran.stderr
+    folder = tmp_path / "mine"
+    assert kplay("eject", "sum", folder, "--variant", "cpp").returncode == 0
+    (folder / "sum.cpp").write_text((folder / "sum.cpp").read_text() + "\nthis is not C++;\n")
+    broken = kplay("run", folder, "--pool", token, "--no-bench")
+    assert broken.returncode == 3 and "sum.cpp" in broken.stderr, broken.stderr
+    with pytest.raises(endpoint.Refused, match="not a file name"):
+        endpoint.run_submission({"request": {"family": "sum", "device": "cpu"}, "files": {"../x": ""}})
+    with pytest.raises(endpoint.Refused, match="a family's name"):
+        endpoint.run_submission({"request": {"family": "../sum", "device": "cpu"}, "files": {}})
