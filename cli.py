@@ -820,12 +820,17 @@ def board(results: Results = None,
         return _board(results or [], out_dir)
     p = Pool(pool)
     p.config  # a folder that is not a pool's is refused
-    _board(sorted(p.results.glob("*/*.json")), out_dir)
-    if follow:
-        from watchfiles import watch
+    if not follow:
+        return _board(sorted(p.results.glob("*/*.json")), out_dir)
+    from itertools import chain
 
-        for _ in watch(p.results, recursive=True):
+    from watchfiles import watch
+
+    for _ in chain([None], watch(p.results, recursive=True)):  # now, then at every change
+        try:
             _board(sorted(p.results.glob("*/*.json")), out_dir)
+        except UsageError as e:  # no record yet: wait for the first
+            err.print(f"[yellow]waiting:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
 
 
 def _board(results: list[Path], out_dir: Path) -> None:
@@ -897,13 +902,15 @@ def pool_add_student(names: Annotated[list[str], typer.Argument(metavar="NAME...
 @friendly
 def pool_join(join_file: Annotated[Path, typer.Argument(help="The join.json kplay pool start wrote.",
                                                         show_default=False)],
-              dir_: PoolDir = Path("kplay-pool-worker"), cpu_workers: CpuWorkers = 1):
+              dir_: PoolDir = Path("kplay-pool-worker"), cpu_workers: CpuWorkers = 1,
+              name: Annotated[Optional[str], typer.Option(help="This server's name in the pool and in students' "
+                                                               "reports (default: its host name).")] = None):
     """This server's GPUs as workers of the instructor's pool, supervised; until Ctrl-C."""
     from playground import pool
 
     pool.needs_dask()
     p, scheduler = pool.from_join_file(join_file, dir_)
-    pool.join(p, scheduler, cpu_workers, lambda line: out.print(escape(line), highlight=False, soft_wrap=True))
+    pool.join(p, scheduler, cpu_workers, name, lambda line: out.print(escape(line), highlight=False, soft_wrap=True))
 
 
 @pool_app.command("status")

@@ -175,9 +175,10 @@ def gpus() -> list[str]:
     return names
 
 
-def worker_commands(pool: Pool, scheduler: str, cpu_workers: int) -> dict[str, tuple[list[str], dict]]:
-    """{name: (argv, environment)}: one worker per visible GPU, pinned to it; else `cpu_workers` CPU workers."""
-    host, names = socket.gethostname(), gpus()
+def worker_commands(pool: Pool, scheduler: str, cpu_workers: int, host: str | None = None) -> dict[str, tuple]:
+    """{name: (argv, environment)}: one worker per visible GPU, pinned to it; else `cpu_workers` CPU workers.
+    A worker's name (the host's, unless given) is what a student's report names: two hosts must differ."""
+    host, names = host or socket.gethostname(), gpus()
     base = [sys.executable, "-m", "playground.pool", "worker", str(pool.folder), scheduler]
     if names:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -241,9 +242,9 @@ def serve(pool: Pool, cpu_workers: int, say) -> None:
         server.shutdown()
 
 
-def join(pool: Pool, scheduler: str, cpu_workers: int, say) -> None:
+def join(pool: Pool, scheduler: str, cpu_workers: int, host: str | None, say) -> None:
     """`kplay pool join`: this server's workers for the instructor's scheduler, supervised; until Ctrl-C."""
-    commands = worker_commands(pool, scheduler, cpu_workers)
+    commands = worker_commands(pool, scheduler, cpu_workers, host)
     say(f"joined {scheduler} with {', '.join(commands)}")
     _supervise(pool, commands, say)
 

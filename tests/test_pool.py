@@ -207,3 +207,27 @@ def test_run_on_the_pool_a_built_in_family_and_a_folder_with_a_compile_error(cla
         endpoint.run_submission({"request": {"family": "sum", "device": "cpu"}, "files": {"../x": ""}})
     with pytest.raises(endpoint.Refused, match="a family's name"):
         endpoint.run_submission({"request": {"family": "../sum", "device": "cpu"}, "files": {}})
+
+
+def test_another_server_joins_and_the_board_follows_the_results(class_pool, tmp_path):
+    p, _ = class_pool
+    joined = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pool", "join", p.folder / "join.json", "--dir",
+                               tmp_path / "second", "--cpu-workers", "1", "--name", "second"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    follow = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "board", "--pool", p.folder, "--out",
+                               tmp_path / "board", "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        until(lambda: len(pool.status(p)["workers"]) == 3)  # the joined server's worker is in the pool
+        rows = lambda: len((tmp_path / "board" / "board.csv").read_text().splitlines())  # noqa: E731
+        before = rows() if (tmp_path / "board" / "board.csv").exists() else 1  # an empty pool: no board yet
+        record = json.loads((ROOT / "tests" / "data" / "board" / "bob.json").read_text())
+        (p.results / "zed").mkdir()
+        (p.results / "zed" / "print_array-cpp.json").write_text(json.dumps({**record, "student": "zed"}))
+        until(lambda: rows() == before + 1, seconds=30)  # a result arrived: the board was written again
+    finally:
+        joined.terminate()
+        follow.terminate()
+        joined.wait(30)
+        follow.wait(30)
+        shutil.rmtree(p.results / "zed", ignore_errors=True)
+    until(lambda: len(pool.status(p)["workers"]) == 2)  # its workers stopped with it
