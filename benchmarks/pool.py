@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -67,11 +66,14 @@ def solved(family: str, variant: str, folder: Path, name: str) -> None:
     """A started folder with the exercise's own solution in it."""
     from playground import exercise, registry
 
+    from playground import render
+
     fam = registry.find(family)
-    v = fam.variants[variant]
-    exercise.start(fam, v, folder, {}, name=name)
-    for source in [*v.sources, *v.includes]:
-        shutil.copy(fam.path / source, folder / source)
+    v, params = fam.variants[variant], fam.parse_params([])
+    exercise.start(fam, v, folder, params, name=name)
+    whole = {**render.sources(fam, v, params), **{n: render.header(fam, v, n) for n in v.includes}}
+    for source, text in whole.items():
+        (folder / source).write_text(text)
 
 
 def grade(folder: Path, token: Path, sanitize: bool) -> tuple[dict, float, str]:

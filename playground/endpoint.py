@@ -75,7 +75,7 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
     v = fam.variant(variant)
     with tempfile.TemporaryDirectory(prefix="kplay-grade-") as tmp:
         folder = Path(tmp) / "exercise"
-        eject(fam, folder, [v], {}, starter=True, exercise={"family": family, "variant": variant, "student": student,
+        eject(fam, folder, [v], fam.parse_params([]), starter=True, exercise={"family": family, "variant": variant, "student": student,
                                                              "hints": []})
         for name, text in files.items():
             (folder / name).write_text(text)
