@@ -76,13 +76,19 @@ def solved(family: str, variant: str, folder: Path, name: str) -> None:
         (folder / source).write_text(text)
 
 
+def say(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
 def grade(folder: Path, token: Path, sanitize: bool) -> tuple[dict, float, str]:
     """One student's `kplay check --pool --json` from a laptop-like process: (record, seconds, its report)."""
+    say(f"{folder.name}: sent")
     t = time.perf_counter()
     extra = [] if sanitize else ["--no-sanitize"]
     done = subprocess.run([sys.executable, str(ROOT / "cli.py"), "check", str(folder), "--pool", str(token), "--json",
                            *extra], capture_output=True, text=True, env=laptop_env())
     seconds = time.perf_counter() - t
+    say(f"{folder.name}: answered in {seconds:.1f} s (exit {done.returncode})")
     try:
         return json.loads(done.stdout), seconds, done.stderr
     except ValueError:
@@ -133,14 +139,17 @@ def main() -> None:
     parser.add_argument("--no-sanitize", action="store_true")
     parser.add_argument("--local", action="store_true", help="also four concurrent local lltm runs (the lease)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--work", type=Path, default=None, help="the pool's and students' folders (default: a temporary one)")
     args = parser.parse_args()
     from playground import pool
 
     exercises = CPU_EXERCISES if args.cpu else GPU_EXERCISES
     n = args.students or 2 * len(exercises)
     with tempfile.TemporaryDirectory(prefix="kplay-pool-bench-") as tmp:
+        tmp = args.work or tmp
         folder = Path(tmp) / "pool"
         proc = start_pool(folder, args.cpu_workers)
+        say(f"pool started: {[w['name'] for w in pool.status(pool.Pool(folder))['workers']]}")
         try:
             lines = run_class(pool.Pool(folder), exercises, n, Path(tmp), not args.no_sanitize)
         finally:
@@ -165,6 +174,7 @@ def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool) -> list[str
         family, variant = exercises[k % len(exercises)]
         name = f"s{k + 1:02d}-{family}-{variant}"
         solved(family, variant, tmp / name, name)
+        say(f"started {name}")
         students.append((name, (family, variant), tmp / name, pool.add_student(p, name, tmp)))
     solo = {}
     for name, ex, folder, token in students:
