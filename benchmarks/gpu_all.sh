@@ -52,8 +52,9 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                  step sass-fast 60 python3 cli.py show sum --variant fast --sass --solution
                  step ptx-fast 60 python3 cli.py show sum --variant fast --ptx --solution ;;
         pool) rm -rf /tmp/kplay-pool-work && mkdir -p /tmp/kplay-pool-work
-              step pool-gpu ${POOL_S:-500} python3 benchmarks/pool.py --local --out $R --work /tmp/kplay-pool-work $POOL_ARGS
+              step pool-gpu ${POOL_S:-500} python3 benchmarks/pool.py --out $R --work /tmp/kplay-pool-work $POOL_ARGS
               tail -n 15 /tmp/kplay-pool-work/pool/logs/* > $R/pool-logs.txt 2>&1; tar czf $OUT/results.tgz -C $R . ;;
+        pool-local) step lease-gpu 200 python3 benchmarks/pool.py --local --out $R ;;
         pool-tests) step pytest-pool 300 env -u COLUMNS python3 -m pytest -q -p no:cacheprovider tests/test_pool.py tests/test_lease.py ;;
         sanitize-cost) step check-sanitize 330 python3 benchmarks/check_sanitize.py --repeat 1 --out $R/check-sanitize.md ;;
         cheats) step cheats 400 python3 benchmarks/cheats.py --n 1e8 --out $R/cheats.md ;;

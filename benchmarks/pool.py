@@ -63,17 +63,15 @@ def start_pool(folder: Path, cpu_workers: int) -> subprocess.Popen:
 
 
 def solved(family: str, variant: str, folder: Path, name: str) -> None:
-    """A started folder with the exercise's own solution in it."""
-    from playground import exercise, registry
-
-    from playground import render
+    """A started folder with the exercise's own solution in it (written as kplay start would, without its
+    build of the starter)."""
+    from playground import registry
+    from playground.scaffold import eject
 
     fam = registry.find(family)
-    v, params = fam.variants[variant], fam.parse_params([])
-    exercise.start(fam, v, folder, params, name=name)
-    whole = {**render.sources(fam, v, params), **{n: render.header(fam, v, n) for n in v.includes}}
-    for source, text in whole.items():
-        (folder / source).write_text(text)
+    v = fam.variants[variant]
+    eject(fam, folder, [v], fam.parse_params([]), exercise={"family": family, "variant": variant, "student": name,
+                                                            "id": "bench", "hints": []})
 
 
 def say(line: str) -> None:
@@ -137,7 +135,7 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=0, help="how many (default: two per exercise)")
     parser.add_argument("--cpu-workers", type=int, default=2)
     parser.add_argument("--no-sanitize", action="store_true")
-    parser.add_argument("--local", action="store_true", help="also four concurrent local lltm runs (the lease)")
+    parser.add_argument("--local", action="store_true", help="only four concurrent local lltm runs (the lease), no pool")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None, help="the pool's and students' folders (default: a temporary one)")
     args = parser.parse_args()
@@ -145,23 +143,23 @@ def main() -> None:
 
     exercises = CPU_EXERCISES if args.cpu else GPU_EXERCISES
     n = args.students or 2 * len(exercises)
-    with tempfile.TemporaryDirectory(prefix="kplay-pool-bench-") as tmp:
-        tmp = args.work or tmp
-        folder = Path(tmp) / "pool"
-        proc = start_pool(folder, args.cpu_workers)
-        say(f"pool started: {[w['name'] for w in pool.status(pool.Pool(folder))['workers']]}")
-        try:
-            lines = run_class(pool.Pool(folder), exercises, n, Path(tmp), not args.no_sanitize)
-        finally:
-            proc.terminate()
-            proc.wait(60)
     if args.local:
-        lines += ["", "Four concurrent local runs (no pool), lltm cuda-fast at (1024, 512, 1024):", "",
-                  *local_lease()]
+        lines = ["Four concurrent local runs (no pool), lltm cuda-fast at (1024, 512, 1024):", "", *local_lease()]
+    else:
+        with tempfile.TemporaryDirectory(prefix="kplay-pool-bench-") as tmp:
+            tmp = args.work or Path(tmp)
+            folder = tmp / "pool"
+            proc = start_pool(folder, args.cpu_workers)
+            say(f"pool started: {[w['name'] for w in pool.status(pool.Pool(folder))['workers']]}")
+            try:
+                lines = run_class(pool.Pool(folder), exercises, n, tmp, not args.no_sanitize)
+            finally:
+                proc.terminate()
+                proc.wait(60)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
-        name = "pool-cpu.md" if args.cpu else "pool-gpu.md"
+        name = "lease-gpu.md" if args.local else "pool-cpu.md" if args.cpu else "pool-gpu.md"
         (args.out / name).write_text(text)
 
 
