@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from playground import timing  # noqa: E402
+
 GPU_EXERCISES = [("sum", "tree"), ("sum", "first-add"), ("sum", "shuffle"), ("sum", "fast"), ("lltm", "cuda")]
 CPU_EXERCISES = [("sum", "cpp"), ("linear", "cpp"), ("lltm", "cpp")]
 
@@ -93,9 +95,10 @@ def grade(folder: Path, token: Path, sanitize: bool) -> tuple[dict, float, str]:
         raise SystemExit(f"{folder.name}: {done.stderr.strip()[-400:]}")
 
 
-def time_of(rec: dict) -> float | None:
+def stats_of(rec: dict):
+    """The variant's time (its whole call, on the clock that counts) as timing.Stats, or None."""
     v = rec.get("run", {}).get("variants", [{}])[0]
-    return (v.get("time") or {}).get("median_s")
+    return timing.Stats.from_dict(v["time"]) if v.get("time") else None
 
 
 def ranks(records: list[dict]) -> dict[str, int]:
@@ -164,7 +167,7 @@ def main() -> None:
 
 
 def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool) -> list[str]:
-    """Solo grades, then the whole class at once; the table."""
+    """Solo grades, the whole class at once, solo grades again; the tables."""
     from playground import pool
 
     students = []
@@ -174,17 +177,32 @@ def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool) -> list[str
         solved(family, variant, tmp / name, name)
         say(f"started {name}")
         students.append((name, (family, variant), tmp / name, pool.add_student(p, name, tmp)))
-    solo = {}
-    for name, ex, folder, token in students:
-        if ex not in solo:
-            solo[ex] = grade(folder, token, sanitize)
+    firsts = {}  # each exercise's first student
+    for _, ex, folder, token in students:
+        firsts.setdefault(ex, (folder, token))
+    solo = {ex: grade(folder, token, sanitize) for ex, (folder, token) in firsts.items()}
     workers = len(pool.status(p)["workers"])
     t = time.perf_counter()
     with ThreadPoolExecutor(n) as ex:
         done = list(ex.map(lambda s: grade(s[2], s[3], sanitize), students))
     wall = time.perf_counter() - t
+    again = {ex: grade(folder, token, sanitize) for ex, (folder, token) in firsts.items()}  # alone, once more
     one = statistics.median(seconds for _, seconds, _ in solo.values())
-    return table(students, solo, done, wall, one, workers) + same_report(students[0], sanitize)
+    return (table(students, solo, done, wall, one, workers) + spread(solo, again)
+            + same_report(students[0], sanitize))
+
+
+def spread(solo: dict, again: dict) -> list[str]:
+    """Each exercise graded alone before the class and again after it: how far one kernel's time moves between
+    two lone runs, the yardstick for the class's ratios."""
+    lines = ["", "| exercise | solo before | solo after | ratio | same |", "|---|---|---|---|---|"]
+    for ex in solo:
+        a, b = stats_of(solo[ex][0]), stats_of(again[ex][0])
+        if a and b:
+            lines.append(f"| {'/'.join(ex)} | {a.median_s * 1e6:.1f} µs ± {100 * a.noise:.1f}% | "
+                         f"{b.median_s * 1e6:.1f} µs ± {100 * b.noise:.1f}% | {b.median_s / a.median_s:.3f} | "
+                         f"{'yes' if timing.same(a, b) else 'no'} |")
+    return lines
 
 
 def same_report(student, sanitize: bool) -> list[str]:
@@ -209,16 +227,20 @@ def table(students, solo, done, wall, one, workers) -> list[str]:
     lines = [f"{len(students)} students at once on {workers} worker(s): {wall:.1f} s; "
              f"N x one grade / workers = {len(students)} x {one:.1f} s / {workers} = {ideal:.1f} s "
              f"(ratio {wall / ideal:.2f})", "",
-             "| student | worker | cases | time | solo | ratio | rank | solo rank | waited | while timing |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| student | worker | cases | time | solo | ratio | same | rank | solo rank | waited | while timing |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     records = [rec for rec, _, _ in done]
     together = ranks(records)
     alone = ranks([{**solo[ex][0], "student": name} for name, ex, _, _ in students])
     for (name, ex, _, _), (rec, _, _) in zip(students, done):
-        mine, theirs = time_of(rec), time_of(solo[ex][0])
-        ratio = f"{mine / theirs:.3f}" if mine and theirs else "-"
+        mine, theirs = stats_of(rec), stats_of(solo[ex][0])
+        if not (mine and theirs):
+            lines.append(f"| {name} | {rec.get('worker', '?')} | {rec['passed']}/{rec['checked']} | - |")
+            continue
         lines.append(f"| {name} | {rec.get('worker', '?')} | {rec['passed']}/{rec['checked']} | "
-                     f"{mine * 1e6 if mine else 0:.1f} µs | {theirs * 1e6 if theirs else 0:.1f} µs | {ratio} | "
+                     f"{mine.median_s * 1e6:.1f} µs ± {100 * mine.noise:.1f}% | "
+                     f"{theirs.median_s * 1e6:.1f} µs ± {100 * theirs.noise:.1f}% | "
+                     f"{mine.median_s / theirs.median_s:.3f} | {'yes' if timing.same(mine, theirs) else 'no'} | "
                      f"{together.get(name)} | {alone.get(name)} | {rec['run'].get('lease', {}).get('waited_s', 0):.1f} s | "
                      f"{_others(rec['run'])} |")
     return lines
