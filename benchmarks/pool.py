@@ -146,28 +146,32 @@ def main() -> None:
 
     exercises = CPU_EXERCISES if args.cpu else GPU_EXERCISES
     n = args.students or 2 * len(exercises)
+    name = "lease-gpu.md" if args.local else "pool-cpu.md" if args.cpu else "pool-gpu.md"
+    lines: list[str] = []
+
+    def emit(more: list[str]) -> None:  # each table as soon as it is known: a run cut short keeps what it had
+        lines.extend(more)
+        print("\n".join(more), flush=True)
+        if args.out:
+            (args.out / name).write_text("\n".join(lines) + "\n")
+
     if args.local:
-        lines = ["Four concurrent local runs (no pool), lltm cuda-fast at (1024, 512, 1024):", "", *local_lease()]
-    else:
-        with tempfile.TemporaryDirectory(prefix="kplay-pool-bench-") as tmp:
-            tmp = args.work or Path(tmp)
-            folder = tmp / "pool"
-            proc = start_pool(folder, args.cpu_workers)
-            say(f"pool started: {[w['name'] for w in pool.status(pool.Pool(folder))['workers']]}")
-            try:
-                lines = run_class(pool.Pool(folder), exercises, n, tmp, not args.no_sanitize)
-            finally:
-                proc.terminate()
-                proc.wait(60)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        name = "lease-gpu.md" if args.local else "pool-cpu.md" if args.cpu else "pool-gpu.md"
-        (args.out / name).write_text(text)
+        emit(["Four concurrent local runs (no pool), lltm cuda-fast at (1024, 512, 1024):", "", *local_lease()])
+        return
+    with tempfile.TemporaryDirectory(prefix="kplay-pool-bench-") as tmp:
+        tmp = args.work or Path(tmp)
+        folder = tmp / "pool"
+        proc = start_pool(folder, args.cpu_workers)
+        say(f"pool started: {[w['name'] for w in pool.status(pool.Pool(folder))['workers']]}")
+        try:
+            run_class(pool.Pool(folder), exercises, n, tmp, not args.no_sanitize, emit)
+        finally:
+            proc.terminate()
+            proc.wait(60)
 
 
-def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool) -> list[str]:
-    """Solo grades, the whole class at once, solo grades again; the tables."""
+def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool, emit) -> None:
+    """Solo grades, the whole class at once, one report from a laptop, solo grades again; each table to emit."""
     from playground import pool
 
     students = []
@@ -186,10 +190,10 @@ def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool) -> list[str
     with ThreadPoolExecutor(n) as ex:
         done = list(ex.map(lambda s: grade(s[2], s[3], sanitize), students))
     wall = time.perf_counter() - t
+    emit(table(students, solo, done, wall, statistics.median(s for _, s, _ in solo.values()), workers))
+    emit(same_report(students[0], sanitize))
     again = {ex: grade(folder, token, sanitize) for ex, (folder, token) in firsts.items()}  # alone, once more
-    one = statistics.median(seconds for _, seconds, _ in solo.values())
-    return (table(students, solo, done, wall, one, workers) + spread(solo, again)
-            + same_report(students[0], sanitize))
+    emit(spread(solo, again))
 
 
 def spread(solo: dict, again: dict) -> list[str]:
