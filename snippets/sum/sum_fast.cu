@@ -5,7 +5,8 @@
 //   enough bytes in flight to keep HBM busy.
 // - Warp-shuffle block reduction (step 3).
 // - Single pass: each block stores its partial and takes a ticket; the block that takes the last ticket
-//   sums the partials (in a fixed order, so the result is deterministic) and writes the result.
+//   sums the partials (in a fixed order, so the result is deterministic) and writes the result. Where one
+//   block covers n (n <= 4 * kThreads floats) it writes the result itself: one launch, no ticket to zero.
 // 16-byte loads need a 16-byte-aligned address: a misaligned view (x[1:]) starts with up to 3 floats
 // (1 double) summed one by one before the aligned body; the tail after the last full vector likewise.
 #include "ladder.cuh"  // launch_sum and error_or_null (cuda_runtime.h only); not the multi-pass launcher
@@ -46,7 +47,7 @@ sum_fast_kernel(const T* __restrict__ x,  // n elements, any alignment
                 int64_t head,              // elements before the first 16-byte-aligned address
                 T* __restrict__ out,       // the 0-d result
                 T* partials,               // one per block
-                unsigned* ticket) {        // zeroed before the launch
+                unsigned* ticket) {        // zeroed before the launch (unused by a grid of one block)
   using V = typename Vec16<T>::type;
   constexpr int kV = Vec16<T>::size;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -69,6 +70,10 @@ sum_fast_kernel(const T* __restrict__ x,  // n elements, any alignment
   if (tail + first < n) acc += x[tail + first];
 
   acc = block_sum(acc);
+  if (gridDim.x == 1) {  // the only block: its sum is the result
+    if (threadIdx.x == 0) *out = acc;
+    return;
+  }
   __shared__ bool last_block;
   if (threadIdx.x == 0) {
     partials[blockIdx.x] = acc;
@@ -126,7 +131,10 @@ const char* launch(const T* x, int64_t n, T* out, void* workspace, cudaStream_t 
   if (head > n) head = n;
   auto* ticket = static_cast<unsigned*>(workspace);
   T* partials = reinterpret_cast<T*>(static_cast<char*>(workspace) + kTicketBytes);
-  if (const char* err = error_or_null(cudaMemsetAsync(ticket, 0, sizeof(unsigned), stream))) return err;
+  // The scratch is allocated per call (two streams may run the op at once), so its ticket starts as
+  // whatever was there: zeroed here, a second launch. A grid of one block takes no ticket.
+  if (blocks > 1)
+    if (const char* err = error_or_null(cudaMemsetAsync(ticket, 0, sizeof(unsigned), stream))) return err;
   sum_fast_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, head, out, partials, ticket);
   return error_or_null(cudaGetLastError());
 }
