@@ -137,7 +137,7 @@ def test_a_family_whose_exercises_all_need_a_gpu_says_which(kplay, tmp_path, mon
 def test_list_marks_the_variants_that_are_exercises(kplay):
     rows = {r["name"]: r for r in json.loads(kplay("list", "--json").stdout)}
     assert rows["sum"]["exercises"] == ["cpp", *RUNGS] and rows["lltm"]["exercises"] == ["cpp", "cuda"]
-    assert rows["print_array"]["exercises"] == ["cpp"] and rows["linear"]["exercises"] == ["cpp", "cuda-tiled"]
+    assert rows["print_array"]["exercises"] == ["cpp"] and rows["linear"]["exercises"] == ["cpp", *LINEAR_RUNGS]
     table = kplay("list").stdout
     assert "cpp*, cuda*, cuda-fast" in table and "* an exercise: kplay start NAME/VARIANT DIR" in table
 
@@ -189,7 +189,8 @@ def test_show_gives_the_starter_unless_solution_and_eject_the_kernel_unless_star
 
 RUNGS = ["tree", "first-add", "shuffle", "fast"]
 CPU_EXERCISES = ["print_array/cpp", "sum/cpp", "linear/cpp", "lltm/cpp"]
-BUILT_IN = [f"sum/{r}" for r in RUNGS] + ["linear/cuda-tiled", "lltm/cuda", *CPU_EXERCISES]
+LINEAR_RUNGS = ["cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled"]  # cuda-naive is the ladder's first step, no exercise
+BUILT_IN = [f"sum/{r}" for r in RUNGS] + [f"linear/{r}" for r in LINEAR_RUNGS] + ["lltm/cuda", *CPU_EXERCISES]
 
 
 @pytest.mark.parametrize("name", BUILT_IN)
