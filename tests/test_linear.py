@@ -15,7 +15,8 @@ from playground.check import compare
 
 FAMILY = registry.find("linear")
 spec = specs.module(FAMILY)
-CUDA_VARIANTS = ["cuda-naive", "cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled"]  # the ladder, in order
+CUDA_VARIANTS = ["cuda-naive", "cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled", "cuda-warptile",
+                 "cuda-double-buffer"]  # the ladder, in order
 
 # (batch, in, out): 1s, primes, not multiples of the 128-wide tiles nor of the 4-wide vector loads.
 SHAPES = [(1, 17, 1023), (17, 1023, 1), (1023, 1, 17), (1000, 1000, 1023), (4, 3, 5), (130, 260, 129)]
@@ -234,7 +235,8 @@ def test_gradient_checks_fail_wrong_backward(bug, names):
     pytest.param("cuda-smem", {"smem_tile": 16}, marks=pytest.mark.slow),
     pytest.param("cuda-1d", {"bt1_block": 32, "bt1_k": 16, "bt1_rows": 4}, marks=pytest.mark.slow),
     pytest.param("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}, marks=pytest.mark.slow),
-], ids=[*(v.removeprefix("cuda-") for v in CUDA_VARIANTS), "smem-16", "1d-32", "tiled-64x64"])
+    pytest.param("cuda-warptile", {"wt_warp_n": 32, "wt_block_k": 8, "wt_thread_n": 8}, marks=pytest.mark.slow),
+], ids=[*(v.removeprefix("cuda-") for v in CUDA_VARIANTS), "smem-16", "1d-32", "tiled-64x64", "warptile-64x32"])
 def test_cuda_sources_compile(variant, params):
     ops = playground.load("linear", variant=variant, device="cuda", params=params)
     assert hasattr(ops, "linear_forward") and hasattr(ops, "linear_backward")

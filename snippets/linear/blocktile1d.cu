@@ -48,8 +48,9 @@ matmul_nt_1d(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
     }
     __syncthreads();  // the tiles are complete
 
-    // kplay:todo For each k of the tile: b = Bs[k][tx] in a register, then acc[i] += As[k][ty * TM + i] * b for i < TM.
-    // kplay:why One load of B feeds TM multiply-adds: shared memory is read (TM + 1) / TM times per multiply-add, not twice.
+    // kplay:todo For each k: b = Bs[k][tx] in a register, then acc[i] += As[k][ty * TM + i] * b for i < TM.
+    // kplay:why One load of B feeds TM multiply-adds: shared memory is read (TM + 1) / TM times per
+    // kplay:why multiply-add, not twice.
 #pragma unroll
     for (int k = 0; k < BK; ++k) {
       const T b = Bs[k][tx];

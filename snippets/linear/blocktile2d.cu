@@ -51,7 +51,7 @@ matmul_nt_2d(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
     }
     __syncthreads();  // the tiles are complete
 
-    // kplay:todo For each k: a[i] = As[k][ty * TM + i], b[j] = Bs[k][tx * TN + j] into registers; acc[i][j] += a[i] * b[j].
+    // kplay:todo For each k: a[i] = As[k][ty * TM + i], b[j] = Bs[k][tx * TN + j]; acc[i][j] += a[i] * b[j].
     // kplay:why TM + TN loads from shared memory feed TM * TN multiply-adds: an outer product in registers.
 #pragma unroll
     for (int k = 0; k < BK; ++k) {

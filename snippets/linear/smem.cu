@@ -37,7 +37,7 @@ matmul_nt_smem(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
 
   T acc = 0;
   for (int64_t k0 = 0; k0 < K; k0 += TILE) {
-    // kplay:todo Copy the tiles: thread (ty, tx) copies A[m0 + ty][k0 + tx] to As[ty][tx] and B[n0 + ty][k0 + tx] to Bs[ty][tx], zero outside the matrices.
+    // kplay:todo As[ty][tx] = A[m0 + ty][k0 + tx], Bs[ty][tx] = B[n0 + ty][k0 + tx]; 0 outside the matrices.
     // kplay:why Neighbouring threads read neighbouring k of one row: whole 32-byte sectors. The zeros
     // kplay:why make a ragged last tile add nothing.
     const int64_t k = k0 + tx;

@@ -1,0 +1,49 @@
+// What the 16-byte rungs share (cuda-tiled, cuda-warptile): 4-vector loads and stores that fall back to
+// scalars at a matrix's edge or on a misaligned row. Included inside the rung's namespace.
+#pragma once
+
+// Four consecutive k of row r of P (R x K, row stride ld), zero outside the matrix so that a ragged
+// last tile adds nothing. One 16-byte load when T is float, the four are in bounds and aligned.
+template <typename T>
+__device__ __forceinline__ void load4(const T* __restrict__ P, int64_t ld, int r, int k, int R, int K,
+                                      bool vec, T (&v)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (vec && r < R && k + 4 <= K) {
+      const float4 q = *reinterpret_cast<const float4*>(P + r * ld + k);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+      return;
+    }
+  }
+  for (int j = 0; j < 4; ++j) v[j] = (r < R && k + j < K) ? P[r * ld + k + j] : T(0);
+}
+
+// Four consecutive values from shared memory: one 16-byte load for float.
+template <typename T>
+__device__ __forceinline__ void copy4(T* dst, const T* src) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 q = *reinterpret_cast<const float4*>(src);
+    dst[0] = q.x, dst[1] = q.y, dst[2] = q.z, dst[3] = q.w;
+  } else {
+    for (int j = 0; j < 4; ++j) dst[j] = src[j];
+  }
+}
+
+// Stores v to C[m][n..n+3], skipping columns past N. One 16-byte store when it can.
+template <typename T>
+__device__ __forceinline__ void store4(T* __restrict__ C, int64_t ldc, int m, int n, int N, bool vec,
+                                       const T (&v)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (vec && n + 4 <= N) {
+      *reinterpret_cast<float4*>(C + m * ldc + n) = make_float4(v[0], v[1], v[2], v[3]);
+      return;
+    }
+  }
+  for (int j = 0; j < 4; ++j)
+    if (n + j < N) C[m * ldc + n + j] = v[j];
+}
+
+// float4 needs the row stride to be a multiple of 4 elements and the base 16-byte aligned.
+template <typename T>
+bool rows_aligned(const T* p, int64_t ld) {
+  return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
