@@ -6,8 +6,10 @@
 It starts `kplay pool start` (one worker per GPU, or --cpu-workers), makes a token and a solved folder per
 student (two per exercise), grades one of each exercise alone (the solo figures), then all the students at
 once, each from a client process that sees no GPU and no nvcc (CUDA_VISIBLE_DEVICES= and a PATH without the
-toolkit), as a student's laptop. It reports the batch's wall time against N x one grade / workers, each
-student's time against the solo run of the same kernel, and the board's ranks both ways. --local also times
+toolkit), as a student's laptop, then each exercise alone again. It reports the batch's wall time against
+N x one grade / workers, each student's time against the solo run of the same kernel (with both noises and
+timing.same's verdict), the board's ranks both ways, and how far each kernel moved between its two lone
+runs. Each table is written to --out as soon as it is known. --local also times
 four concurrent `kplay run lltm --device cuda --variant cuda-fast` (no pool) against one alone: the lease.
 """
 
