@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes) pool pool-tests notebook watch ladder sum linear
-#            lltm lltm-cli lltm-small
+#            linear-cli sum-small lltm lltm-cli lltm-small
 #            rebuild sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
@@ -36,7 +36,9 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
-        linear) step linear-gpu 120 python3 benchmarks/linear_gpu.py --out $R ;;
+        linear) step linear-gpu 300 python3 benchmarks/linear_gpu.py --out $R ;;  # the ladder, median of three runs
+        linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
+        sum-small) step sum-small 300 python3 benchmarks/sum_gpu.py --sizes 1e3,1e4,1e5,1e6,1e7,1e8,1e9 --runs 3 --out $R ;;
         lltm) step lltm-gpu 240 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
         lltm-small) step lltm-small 90 python3 cli.py run lltm --device cuda --variant all ;;
