@@ -61,7 +61,7 @@ matmul_nt_double_buffer(const T* __restrict__ A, int64_t lda,  // (M, K), row st
 
   // This thread's share of a step's tiles: LOADS_A 4-vectors of A and LOADS_B of B, in registers.
   T ra[LOADS_A][4], rb[LOADS_B][4];
-  auto fetch = [&](int k0) {  // global -> registers: the loads are issued, nothing waits for them yet
+  auto fetch = [&](int k0) {  // global -> registers: the loads start, nothing waits for them yet
 #pragma unroll
     for (int l = 0; l < LOADS_A; ++l) {
       const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
@@ -92,7 +92,7 @@ matmul_nt_double_buffer(const T* __restrict__ A, int64_t lda,  // (M, K), row st
   __syncthreads();  // the first tiles are complete
   for (int k0 = 0, copy = 0; k0 < K; k0 += BK, copy ^= 1) {
     const bool more = k0 + BK < K;
-    // kplay:todo If more steps follow, fetch(k0 + BK): the next tiles' loads, issued before the multiply.
+    // kplay:todo If more steps follow, fetch(k0 + BK): the next tiles' loads, started before the multiply.
     // kplay:why They are in flight while this copy is multiplied: the math hides their latency.
     if (more) fetch(k0 + BK);
     // kplay:end

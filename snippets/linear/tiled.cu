@@ -9,7 +9,7 @@
 // The one idea: move 16 bytes per instruction. Global loads and stores are float4 (where a row is
 // aligned), the tiles are k-major and padded, and a thread owns groups of 4 rows and columns spaced
 // apart (own_row, own_col) so that its TM + TN shared-memory reads are (TM + TN) / 4 float4 loads with no
-// bank conflicts: 4 load instructions per 64 multiply-adds at 8 x 8, where cuda-2d issues 16.
+// bank conflicts: 4 load instructions per 64 multiply-adds at 8 x 8, where cuda-2d needs 16.
 #include <cuda_runtime.h>
 
 #include <cstdint>
