@@ -19,7 +19,7 @@ from .capture import stdout_fd
 from .errors import BuildError, UsageError
 from .registry import Family, Variant
 from .toolchain import (CACHE_LOCK, cache_dir, cache_exclusive, cache_lock, cache_shared, compiler, cpu_model,
-                        nvidia_library, remark_flags, setup_env)
+                        linker_flags, nvidia_library, remark_flags, setup_env)
 
 CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
 CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
@@ -77,7 +77,7 @@ def identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[st
         cuda_sources=[t for n, t in srcs.items() if n.endswith(".cu")] or None,
         extra_cflags=[*CXX_FLAGS, *machine_flags, *CXX_LINES, *remark_flags(), *variant.cflags],
         extra_cuda_cflags=[*CUDA_FLAGS, *CUDA_LINES, *variant.cuda_cflags] if has_cuda else None,
-        extra_ldflags=list(variant.ldflags),
+        extra_ldflags=[*linker_flags(), *variant.ldflags],
     )
     args["extra_include_paths"], headers = _headers(family, variant)
     for lib in variant.libraries:

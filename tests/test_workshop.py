@@ -346,6 +346,21 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
     assert build.identity(fam, variant, srcs)[0] != name
 
 
+def test_a_build_links_with_gold_where_the_toolchain_has_it():
+    """gold links a kernel's library in under half of ld's time: used where it works, and the library loads."""
+    import playground
+    from playground import build, registry
+
+    fam = registry.find("sum")
+    srcs = {"sum.cpp": (fam.path / "sum.cpp").read_text()}
+    name, args = build.identity(fam, fam.variants["cpp"], srcs)
+    assert ("-fuse-ld=gold" in args["extra_ldflags"]) == bool(shutil.which("ld.gold"))
+    assert playground.load("sum", variant="cpp", device="cpu").sum is not None
+    library = build.folder(name) / f"{name}.so"
+    notes = subprocess.run(["readelf", "-n", library], capture_output=True, text=True).stdout
+    assert ("NT_GNU_GOLD_VERSION" in notes) == bool(shutil.which("ld.gold")), notes
+
+
 @pytest.mark.cuda
 def test_an_ejected_cuda_rung_passes_from_its_folder(kplay, tmp_path):
     assert kplay("eject", "sum", tmp_path / "tree", "--variant", "tree", "--solution").exit_code == 0  # tree is an exercise
