@@ -5,7 +5,7 @@
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes) pool pool-tests notebook watch ladder sum linear
 #            linear-cli sum-small lltm lltm-cli lltm-small
-#            rebuild sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
+#            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -44,6 +44,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         lltm-small) step lltm-small 90 python3 cli.py run lltm --device cuda --variant all ;;
         watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --edits 3 --device cuda --variant fast --file sum_fast.cu ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
+        build-units) step build-units 120 python3 benchmarks/build_units.py --out $R/build-units.md ;;
         sweeps) OUT=$R step sweeps 300 bash benchmarks/gpu_sweep.sh ;;
         quick) step pytest-quick 400 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_timing.py tests/test_profile.py \
                    tests/test_sanitize.py tests/test_resources.py tests/test_layout.py tests/test_wrong.py -k "not every_variant" ;;
