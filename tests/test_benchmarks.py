@@ -46,3 +46,32 @@ def stats(q1, median, q3):
 ])
 def test_verdict_is_a_tie_where_the_interquartile_ranges_overlap(mine, theirs, expected):
     assert common.verdict(mine, theirs) == expected
+
+
+def _row(contender: str, ms: float) -> dict:
+    return {"contender": contender, "variant": contender.split(" ")[0], "median_ms": ms, "q1_ms": ms, "q3_ms": ms,
+            "samples": 30, "method": "CUDA events", "gflops": 137_438.95 / ms, "max_abs_err": 0.0, "tolerance": 1.0,
+            "ok": True}
+
+
+def test_the_ladder_row_is_the_median_run_and_its_verdict_needs_every_rung_to_climb():
+    import linear_gpu
+
+    runs = [[_row("F.linear (cuBLAS, TF32 off)", 2.70), _row("cuda-naive", 200.0 + d), _row("cuda-tiled", 3.2 + d)]
+            for d in (0.3, -0.1, 0.1)]
+    rows = linear_gpu.median_of_runs(runs)
+    assert [r["median_ms"] for r in rows] == pytest.approx([2.70, 200.1, 3.3]) and rows[2]["runs_ms"] == [3.5, 3.1, 3.3]
+    verdict = linear_gpu.summarise(rows)
+    assert verdict["climbs"] and verdict["top"] == "cuda-tiled" and round(verdict["top_pct_of_F_linear"]) == 82
+    assert verdict["met"] and rows[2]["worklog_pct"] == 78.4
+    slower = linear_gpu.summarise([_row("F.linear (cuBLAS, TF32 off)", 2.7), _row("cuda-naive", 2.0), _row("cuda-tiled", 3.0)])
+    assert not slower["climbs"] and not slower["met"]
+
+
+def test_sum_gpu_says_where_fast_is_behind_torch_sum():
+    import sum_gpu
+
+    row = lambda n, variant, speedup: {"n": n, "dtype": "float32", "variant": variant, "speedup": speedup, "ok": True}  # noqa: E731
+    rows = sum_gpu.median_runs([[row(1000, "fast", s), row(10**7, "fast", 1.1)] for s in (0.97, 0.99, 1.02)])
+    assert rows[0]["speedups"] == [0.97, 0.99, 1.02] and rows[0]["speedup"] == 0.99
+    assert sum_gpu.verdicts(rows)[-1] == "MISS fast >= 1.00x torch.sum at every n of 1e3, 1e7: behind at 1e3 (0.99x)"
