@@ -1,0 +1,75 @@
+"""Before a CUDA-graph rung of lltm: how near do graphs bring cuda-fast to 1.5x eager, forward and backward?
+
+    python3 benchmarks/lltm_graph_probe.py [--out DIR]
+
+At (16, 32, 128) and (1024, 512, 1024), float32, each contender timed as lltm_bench.py times them (the
+forward on leaves that require grad; the backward as (new_h.sum() + new_cell.sum()).backward() on a fresh
+forward; the synchronized wall clock per call, each call after an untimed one of its own): eager Python,
+cuda-fast, and both through torch.cuda.make_graphed_callables, whose forward and backward are each one
+graph replay after the inputs are copied into its static buffers. A graphed callable returns the same
+output buffers every call (the next call overwrites them), so "+ clone" also copies the outputs out, as
+an op that returns fresh tensors must. The floor a graph rung can reach is the graphed rows; whether 1.5x
+eager is within it, the ratios say. Checked against the float64 reference first (lltm_bench.check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import lltm_bench as lb  # noqa: E402
+from playground.build import build  # noqa: E402
+
+TARGET = 1.5
+
+
+def graphed(fn, inputs, clone: bool):
+    """fn through make_graphed_callables on leaves shaped like inputs; optionally copying its outputs out."""
+    sample = tuple(x.detach().clone().requires_grad_() for x in inputs[:5])
+    g = torch.cuda.make_graphed_callables(fn, sample)
+    if not clone:
+        return g
+    return lambda *args: tuple(y.clone() for y in g(*args))
+
+
+def contenders(fast) -> dict:
+    return {"eager": lb.SPEC.lltm_reference, "cuda-fast": fast}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--budget", type=float, default=0.5)
+    args = ap.parse_args()
+    ops, _ = build(lb.FAMILY, lb.FAMILY.variants[lb.FAST], lb.FAMILY.parse_params([]))
+    fast = lb.SPEC.lltm_function(ops, lb.FAST)
+    lines, record = ["| size | contender | check | forward µs | x eager | backward µs | x eager |", "|---|---|---|---|---|---|---|"], []
+    for size in lb.SIZES["cuda"]:
+        inputs = lb.inputs_for(size, "cuda")
+        fns = {**contenders(fast), **{f"{k} graphed{' + clone' * c}": graphed(f, inputs, c)
+                                      for k, f in contenders(fast).items() for c in (False, True)}}
+        checks = {k: lb.check(f, inputs) for k, f in fns.items()}
+        pairs = {(k, step): pair for k, f in fns.items() for step, pair in lb.SPEC.timings(f, inputs).items()}
+        times = lb.time_all(pairs, "cuda", args.budget)
+        eager = {step: times[("eager", step)]["wall"] for step in ("forward", "backward")}
+        for k in fns:
+            fw, bw = times[(k, "forward")]["wall"], times[(k, "backward")]["wall"]
+            lines.append(f"| {size} | {k} | {'pass' if checks[k]['ok'] else 'FAIL'} | {fw:.1f} | {eager['forward'] / fw:.2f} | "
+                         f"{bw:.1f} | {eager['backward'] / bw:.2f} |")
+            record.append({"size": size, "contender": k, **checks[k], "forward_us": fw, "backward_us": bw})
+    text = "\n".join([f"# lltm: CUDA graphs against the {TARGET}x target, {torch.cuda.get_device_name()}", "",
+                      "synchronized wall clock per call, median, each call after an untimed one of its own", "", *lines])
+    print(text)
+    if args.out:
+        (args.out / "lltm-graph-probe.md").write_text(text + "\n")
+        (args.out / "lltm-graph-probe.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
