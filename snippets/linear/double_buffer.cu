@@ -16,6 +16,7 @@
 
 namespace KPLAY_NS {
 
+#include "launch.cuh"   // tile_grid, launch_error
 #include "tile_io.cuh"  // load4, copy4, store4, rows_aligned
 
 constexpr int BM = {{wt_block_m}};   // rows of C per block
@@ -143,17 +144,16 @@ const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, c
                              int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "linear: a dimension exceeds 2^31 - 1";
-  if ((M + BM - 1) / BM > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
   // Above 48 KB a kernel must ask for its dynamic shared memory (on the current GPU: asked at every launch).
   const cudaError_t allowed = cudaFuncSetAttribute(matmul_nt_double_buffer<T>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<T>());
   if (allowed != cudaSuccess) return cudaGetErrorString(allowed);
-  const dim3 blocks(unsigned((N + BN - 1) / BN), unsigned((M + BM - 1) / BM));
+  dim3 blocks;
+  if (const char* err = tile_grid(M, N, BM, BN, blocks)) return err;
   matmul_nt_double_buffer<T><<<blocks, THREADS, smem_bytes<T>(), static_cast<cudaStream_t>(stream)>>>(
       A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K), rows_aligned(A, lda), rows_aligned(B, ldb),
       rows_aligned(C, ldc));
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return launch_error();
 }
 
 template const char* launch_matmul_nt<float>(const float*, int64_t, const float*, int64_t, const float*,

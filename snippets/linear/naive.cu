@@ -6,6 +6,8 @@
 
 namespace KPLAY_NS {
 
+#include "launch.cuh"  // tile_grid, launch_error
+
 // threadIdx.x runs along n, so a warp writes 32 neighbouring outputs (coalesced) and shares one row
 // of A (a broadcast); but its 32 reads of B come from 32 different rows, every element is read from
 // global memory (or L1) once per output that needs it, and each multiply-add waits on two loads.
@@ -29,12 +31,11 @@ const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, c
                              int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
   const dim3 threads(32, 8);  // a warp is 32 neighbouring n of one row m
-  if ((M + 7) / 8 > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
-  const dim3 blocks(unsigned((N + 31) / 32), unsigned((M + 7) / 8));
+  dim3 blocks;
+  if (const char* err = tile_grid(M, N, 8, 32, blocks)) return err;
   matmul_nt_naive<T><<<blocks, threads, 0, static_cast<cudaStream_t>(stream)>>>(A, lda, B, ldb, bias, C,
                                                                                   ldc, M, N, K);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return launch_error();
 }
 
 template const char* launch_matmul_nt<float>(const float*, int64_t, const float*, int64_t, const float*,

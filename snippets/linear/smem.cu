@@ -16,6 +16,8 @@
 
 namespace KPLAY_NS {
 
+#include "launch.cuh"  // tile_grid, launch_error
+
 constexpr int TILE = {{smem_tile}};  // the block is TILE x TILE threads, and so is each tile
 static_assert(TILE == 8 || TILE == 16 || TILE == 32, "TILE x TILE threads: 64, 256 or 1024");
 
@@ -60,12 +62,11 @@ template <typename T>
 const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C,
                              int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
-  if ((M + TILE - 1) / TILE > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
-  const dim3 blocks(unsigned((N + TILE - 1) / TILE), unsigned((M + TILE - 1) / TILE));
+  dim3 blocks;
+  if (const char* err = tile_grid(M, N, TILE, TILE, blocks)) return err;
   matmul_nt_smem<T><<<blocks, TILE * TILE, 0, static_cast<cudaStream_t>(stream)>>>(A, lda, B, ldb, bias, C,
                                                                                   ldc, M, N, K);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return launch_error();
 }
 
 template const char* launch_matmul_nt<float>(const float*, int64_t, const float*, int64_t, const float*,

@@ -1,4 +1,4 @@
-// What the 16-byte rungs share (cuda-tiled, cuda-warptile): 4-vector loads and stores that fall back to
+// What the 16-byte rungs share (cuda-tiled and the two after it): 4-vector loads and stores that fall back to
 // scalars at a matrix's edge or on a misaligned row. Included inside the rung's namespace.
 #pragma once
 
