@@ -84,20 +84,13 @@ matmul_nt_2d(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
 }
 
 template <typename T>
-const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C,
-                             int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
+const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
+                   int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
   dim3 blocks;
   if (const char* err = tile_grid(M, N, BM, BN, blocks)) return err;
-  matmul_nt_2d<T><<<blocks, THREADS, 0, static_cast<cudaStream_t>(stream)>>>(A, lda, B, ldb, bias, C, ldc, M,
-                                                                             N, K);
+  matmul_nt_2d<T><<<blocks, THREADS, 0, stream>>>(A, lda, B, ldb, bias, C, ldc, M, N, K);
   return launch_error();
 }
-
-template const char* launch_matmul_nt<float>(const float*, int64_t, const float*, int64_t, const float*,
-                                             float*, int64_t, int64_t, int64_t, int64_t, void*);
-template const char* launch_matmul_nt<double>(const double*, int64_t, const double*, int64_t,
-                                              const double*, double*, int64_t, int64_t, int64_t, int64_t,
-                                              void*);
 
 }  // namespace KPLAY_NS

@@ -140,8 +140,8 @@ matmul_nt_double_buffer(const T* __restrict__ A, int64_t lda,  // (M, K), row st
 }
 
 template <typename T>
-const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C,
-                             int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
+const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
+                   int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
   if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "linear: a dimension exceeds 2^31 - 1";
   // Above 48 KB a kernel must ask for its dynamic shared memory (on the current GPU: asked at every launch).
@@ -150,16 +150,10 @@ const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, c
   if (allowed != cudaSuccess) return cudaGetErrorString(allowed);
   dim3 blocks;
   if (const char* err = tile_grid(M, N, BM, BN, blocks)) return err;
-  matmul_nt_double_buffer<T><<<blocks, THREADS, smem_bytes<T>(), static_cast<cudaStream_t>(stream)>>>(
+  matmul_nt_double_buffer<T><<<blocks, THREADS, smem_bytes<T>(), stream>>>(
       A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K), rows_aligned(A, lda), rows_aligned(B, ldb),
       rows_aligned(C, ldc));
   return launch_error();
 }
-
-template const char* launch_matmul_nt<float>(const float*, int64_t, const float*, int64_t, const float*,
-                                             float*, int64_t, int64_t, int64_t, int64_t, void*);
-template const char* launch_matmul_nt<double>(const double*, int64_t, const double*, int64_t,
-                                              const double*, double*, int64_t, int64_t, int64_t, int64_t,
-                                              void*);
 
 }  // namespace KPLAY_NS

@@ -1,4 +1,4 @@
-// Custom linear layer on the GPU: the C++ binding shared by cuda-naive and cuda-tiled.
+// Custom linear layer on the GPU: the C++ binding every rung of the matmul ladder shares.
 // y = x W^T + b with W shaped (out_features, in_features) as in torch.nn.Linear.
 // Written against the stable ABI (torch/csrc/stable): it builds in about a second, and the kernels live
 // in a .cu file that includes only cuda_runtime.h, so nvcc never parses torch's headers.
@@ -18,12 +18,13 @@
 
 namespace KPLAY_NS {
 
-// Defined in the variant's .cu file (naive.cu or tiled.cu): C[m][n] = sum_k A[m][k] B[n][k] (+ bias[n]),
-// every operand row-major and contiguous along k, with row strides lda, ldb, ldc.
-// Returns nullptr on success, else the CUDA error string.
-template <typename T>
-const char* launch_matmul_nt(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C,
+// Defined by the rung's .cu file (launch.cuh): C[m][n] = sum_k A[m][k] B[n][k] (+ bias[n]), every operand
+// row-major and contiguous along k, with row strides lda, ldb, ldc. Returns nullptr on success, else the
+// CUDA error string.
+const char* launch_matmul_nt(const float* A, int64_t lda, const float* B, int64_t ldb, const float* bias, float* C,
                              int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream);
+const char* launch_matmul_nt(const double* A, int64_t lda, const double* B, int64_t ldb, const double* bias,
+                             double* C, int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream);
 
 }  // namespace KPLAY_NS
 
@@ -57,11 +58,11 @@ Tensor matmul_nt(Tensor A, Tensor B, const Tensor* bias) {
   void* stream = current_stream(A);
   const char* err;
   if (A.scalar_type() == ScalarType::Float) {
-    err = KPLAY_NS::launch_matmul_nt<float>(A.const_data_ptr<float>(), K, B.const_data_ptr<float>(), K,
+    err = KPLAY_NS::launch_matmul_nt(A.const_data_ptr<float>(), K, B.const_data_ptr<float>(), K,
                                             bias ? bias->const_data_ptr<float>() : nullptr,
                                             C.mutable_data_ptr<float>(), N, M, N, K, stream);
   } else {
-    err = KPLAY_NS::launch_matmul_nt<double>(A.const_data_ptr<double>(), K, B.const_data_ptr<double>(), K,
+    err = KPLAY_NS::launch_matmul_nt(A.const_data_ptr<double>(), K, B.const_data_ptr<double>(), K,
                                              bias ? bias->const_data_ptr<double>() : nullptr,
                                              C.mutable_data_ptr<double>(), N, M, N, K, stream);
   }
