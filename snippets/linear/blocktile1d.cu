@@ -21,6 +21,8 @@ constexpr int TM = {{bt1_rows}};   // rows of C per thread, in one column
 constexpr int THREADS = BM * BN / TM;
 static_assert(THREADS <= 1024, "bt1_block^2 / bt1_rows threads: at most 1024 per block");
 static_assert(BM % TM == 0 && BN >= 32, "a warp shares its rows: 32 or more columns per block");
+static_assert((BM + BN) * BK * sizeof(double) <= 48 * 1024,
+              "the float64 tiles exceed the 48 KB of static shared memory a block may have");
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS)

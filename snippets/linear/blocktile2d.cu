@@ -7,8 +7,8 @@
 // 8 x 8. The block's 128 x 128 tile of C with 256 threads also halves global loads per multiply-add
 // against cuda-1d's 64 x 64: 2 / 128.
 //
-// What it leaves for cuda-tiled: every load is 4 bytes (global and shared), and a warp's reads of a B
-// tile row, TN apart, fall four to a bank (TN = 8: threads 0, 4, 8, 12 read bank 0).
+// What it leaves for cuda-tiled: every global load and store moves 4 bytes, and the threads of a warp, TN
+// columns apart, read a B tile row through the same banks (a conflict: their reads take turns).
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -42,6 +42,8 @@ static_assert(LOADS_A * THREADS * 4 == BM * BK && LOADS_B * THREADS * 4 == BN * 
 
 template <typename T>
 constexpr int smem_bytes() { return 2 * BK * (BM + BN + 2 * PAD) * int(sizeof(T)); }
+static_assert(smem_bytes<double>() <= 227 * 1024,
+              "the float64 tiles' two copies exceed the 227 KB of shared memory a block may have");
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
@@ -143,7 +145,9 @@ template <typename T>
 const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
-  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "linear: a dimension exceeds 2^31 - 1";
+  // int indices, and k0 + BK, n + 3 past the last tile: a margin below 2^31 keeps them from overflowing
+  constexpr int64_t kMax = INT32_MAX - 1024;
+  if (M > kMax || N > kMax || K > kMax) return "linear: a dimension exceeds 2^31 - 1025";
   // Above 48 KB a kernel must ask for its dynamic shared memory (on the current GPU: asked at every launch).
   const cudaError_t allowed = cudaFuncSetAttribute(matmul_nt_double_buffer<T>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<T>());

@@ -11,7 +11,7 @@ namespace KPLAY_NS {
 // threadIdx.x runs along n, so a warp writes 32 neighbouring outputs (coalesced) and shares one row
 // of A (a broadcast); but its 32 reads of B come from 32 different rows, every element is read from
 // global memory (or L1) once per output that needs it, and each multiply-add waits on two loads.
-// cuda-tiled fixes exactly this.
+// cuda-smem fixes exactly this.
 template <typename T>
 __global__ void matmul_nt_naive(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
                                 const T* __restrict__ B, int64_t ldb,  // (N, K), row stride ldb

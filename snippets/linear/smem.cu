@@ -5,11 +5,11 @@
 // TILE: the block copies a TILE x TILE slice of A and one of B into shared memory (each thread one
 // value of each), then every thread reads its row of the A slice and its row of the B slice from there.
 // Each value copied is read TILE times from shared memory: global loads per multiply-add fall from 2
-// (naive) to 2 / TILE, 1/16 at TILE = 32. Shared memory is still read twice per multiply-add.
+// (naive) to 2 / TILE, 1/16 at TILE = 32. Two values are still read from shared memory per multiply-add.
 //
 // (The literature's step before this one, "global memory coalescing", has no equivalent here: in
 // y = x W^T both operands run contiguously along k, so the naive kernel's warp already writes 32
-// neighbouring outputs and shares one row of A; the copy below reads 32 consecutive k of a row.)
+// neighbouring outputs and shares one row of A; the copy below reads TILE consecutive k of a row.)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,7 +33,7 @@ matmul_nt_smem(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
   __shared__ T As[TILE][TILE];
   __shared__ T Bs[TILE][TILE + 1];
 
-  const int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;  // a warp: 32 neighbouring tx (n) of one ty
+  const int tx = threadIdx.x % TILE, ty = threadIdx.x / TILE;  // TILE = 32: a warp is 32 tx (n) of one ty
   const int64_t m0 = blockIdx.y * int64_t(TILE), n0 = blockIdx.x * int64_t(TILE);
   const int64_t m = m0 + ty, n = n0 + tx;
 

@@ -6,10 +6,12 @@
 // multiplies them into its own TM x TN block of C, kept in registers. Per step of k a thread reads
 // TM + TN values from shared memory and does TM * TN multiply-adds, as in cuda-2d.
 //
-// The one idea: move 16 bytes per instruction. Global loads and stores are float4 (where a row is
-// aligned), the tiles are k-major and padded, and a thread owns groups of 4 rows and columns spaced
-// apart (own_row, own_col) so that its TM + TN shared-memory reads are (TM + TN) / 4 float4 loads with no
-// bank conflicts: 4 load instructions per 64 multiply-adds at 8 x 8, where cuda-2d needs 16.
+// The one idea: move 16 bytes per instruction, without bank conflicts. Global loads and stores are
+// float4 (where a row is aligned): a quarter of cuda-2d's global memory instructions. The tiles are
+// k-major and padded, and a thread owns groups of 4 rows and columns spaced apart (own_row, own_col), so
+// that the 16 threads of a warp that share a row of the B tile read 16 consecutive 4-vectors of it, each
+// bank once. (cuda-2d's shared-memory reads are 16-byte too, made so by the compiler; its layout is what
+// makes them collide.)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,10 +28,10 @@ constexpr int BK = {{block_k}};   // k per shared-memory step
 constexpr int TM = {{thread_m}};  // rows of C per thread
 constexpr int TN = {{thread_n}};  // columns of C per thread
 constexpr int THREADS = (BM / TM) * (BN / TN);
-constexpr int PAD = 4;  // shifts each k-row of a tile by 4 banks: the 2+ threads storing one m land apart
+constexpr int PAD = 4;  // shifts each k-row of a tile by 4 banks: at BK = 8 the threads storing one m land apart
 static_assert(BM % TM == 0 && BN % TN == 0, "a block tile is a whole number of thread tiles");
 static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "threads move 4-vectors");
-static_assert(THREADS <= 1024, "at most 1024 threads per block");
+static_assert(THREADS >= 32 && THREADS <= 1024, "(block_m / thread_m) * (block_n / thread_n) threads: 32 to 1024");
 static_assert((BM + BN + 2 * PAD) * BK * sizeof(double) <= 48 * 1024,
               "the float64 tiles exceed the 48 KB of static shared memory a block may have");
 
@@ -119,7 +121,9 @@ template <typename T>
 const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
-  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "linear: a dimension exceeds 2^31 - 1";
+  // int indices, and k0 + BK, n + 3 past the last tile: a margin below 2^31 keeps them from overflowing
+  constexpr int64_t kMax = INT32_MAX - 1024;
+  if (M > kMax || N > kMax || K > kMax) return "linear: a dimension exceeds 2^31 - 1025";
   dim3 blocks;
   if (const char* err = tile_grid(M, N, BM, BN, blocks)) return err;
   matmul_nt_tiled<T><<<blocks, THREADS, 0, stream>>>(

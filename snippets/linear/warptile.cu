@@ -118,7 +118,9 @@ template <typename T>
 const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
-  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return "linear: a dimension exceeds 2^31 - 1";
+  // int indices, and k0 + BK, n + 3 past the last tile: a margin below 2^31 keeps them from overflowing
+  constexpr int64_t kMax = INT32_MAX - 1024;
+  if (M > kMax || N > kMax || K > kMax) return "linear: a dimension exceeds 2^31 - 1025";
   dim3 blocks;
   if (const char* err = tile_grid(M, N, BM, BN, blocks)) return err;
   matmul_nt_warptile<T><<<blocks, THREADS, 0, stream>>>(

@@ -6,7 +6,8 @@
 // - Warp-shuffle block reduction (step 3).
 // - Single pass: each block stores its partial and takes a ticket; the block that takes the last ticket
 //   sums the partials (in a fixed order, so the result is deterministic) and writes the result. Where one
-//   block covers n (n <= 4 * kThreads floats) it writes the result itself: one launch, no ticket to zero.
+//   block covers n (4 * kThreads floats, 2 * kThreads doubles) it writes the result itself: one launch, no
+//   ticket to zero.
 // 16-byte loads need a 16-byte-aligned address: a misaligned view (x[1:]) starts with up to 3 floats
 // (1 double) summed one by one before the aligned body; the tail after the last full vector likewise.
 #include "ladder.cuh"  // launch_sum and error_or_null (cuda_runtime.h only); not the multi-pass launcher
