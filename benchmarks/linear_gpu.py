@@ -126,6 +126,33 @@ def markdown(rows: list[dict], verdict: dict, meta: dict, s: int) -> list[str]:
                     f"{'met' if verdict['met'] else 'NOT met'}."]
 
 
+def ladder_plot(record: dict, path: Path) -> None:
+    """Each rung's share of F.linear as a bar, the worklog's share of cuBLAS for the same step beside it, the
+    target as a line: the ladder in one picture (PNG)."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend
+
+    rows = [r for r in record["rows"][1:] if "(" not in r["contender"]]  # the rungs at their default tiles
+    fig = Figure(figsize=(8, 0.5 * len(rows) + 2.0))
+    ax = fig.add_subplot()
+    y = list(range(len(rows)))[::-1]  # the first rung on top
+    ax.barh(y, [r["pct_of_F_linear"] for r in rows], color="#4c72b0", label=f"{record['gpu']} (this run)")
+    for k, r in zip(y, rows):
+        ax.text(max(101, r["pct_of_F_linear"] + 1), k, f"{r['pct_of_F_linear']:.1f}%, {r['gflops'] / 1e3:.1f} TFLOP/s",
+                va="center", fontsize=8)  # a column right of the bars and the diamonds
+        if r.get("worklog_pct"):
+            ax.plot(r["worklog_pct"], k, "D", color="#dd8452",
+                    label="worklog, A6000 (share of cuBLAS)" if k == y[0] else None)
+    ax.axvline(TARGET, color="gray", linestyle="--", linewidth=1)
+    ax.text(TARGET, len(rows) - 0.4, f" target {TARGET:.0f}%", color="gray", fontsize=8)
+    ax.set_yticks(y, [r["contender"] for r in rows])
+    ax.set_xlim(0, 135)
+    ax.set_xlabel("% of F.linear (cuBLAS, TF32 off), float32 forward")
+    ax.set_title(f"The matmul ladder, {record['size'].split(' (')[0]}, {record['date']}", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def versions() -> dict:
     try:
         nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -147,7 +174,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3, help="timing runs; a row is the median of their medians")
     ap.add_argument("--tiles", action="store_true", help="also cuda-tiled at other tile shapes")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--plot-from", type=Path, help="only draw the ladder's PNG from a JSON this script wrote")
     args = ap.parse_args()
+    if args.plot_from:
+        ladder_plot(json.loads(args.plot_from.read_text()), args.plot_from.with_suffix(".png"))
+        return 0
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -173,6 +204,10 @@ def main() -> int:
     stem = f"linear-{meta['gpu'].split()[-1].lower()}-{meta['date']}"
     (args.out / f"{stem}.json").write_text(json.dumps(record, indent=1))
     (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    try:
+        ladder_plot(record, args.out / f"{stem}.png")
+    except ImportError:
+        print(f"no matplotlib here: draw the PNG elsewhere with --plot-from {stem}.json")
     print("\n".join(lines))
     return 0 if verdict["met"] else 1
 

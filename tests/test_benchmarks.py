@@ -75,3 +75,20 @@ def test_sum_gpu_says_where_fast_is_behind_torch_sum():
     rows = sum_gpu.median_runs([[row(1000, "fast", s), row(10**7, "fast", 1.1)] for s in (0.97, 0.99, 1.02)])
     assert rows[0]["speedups"] == [0.97, 0.99, 1.02] and rows[0]["speedup"] == 0.99
     assert sum_gpu.verdicts(rows)[-1] == "MISS fast >= 1.00x torch.sum at every n of 1e3, 1e7: behind at 1e3 (0.99x)"
+
+
+def test_the_ladder_picture_is_drawn_from_the_json_the_benchmark_writes(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import json
+
+    import linear_gpu
+
+    rows = [_row("F.linear (cuBLAS, TF32 off)", 2.7), _row("cuda-naive", 200.0), _row("cuda-tiled", 4.4)]
+    for r in rows:
+        r["runs_ms"] = [r["median_ms"]] * 3
+    record = {"gpu": "GPU", "date": "2026-12-03", "size": "4096 x 4096 x 4096 (batch x in x out)", "rows": rows,
+              "verdict": linear_gpu.summarise(rows)}
+    (tmp_path / "ladder.json").write_text(json.dumps(record))
+    monkeypatch.setattr(sys, "argv", ["linear_gpu.py", "--plot-from", str(tmp_path / "ladder.json")])
+    assert linear_gpu.main() == 0
+    assert (tmp_path / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
