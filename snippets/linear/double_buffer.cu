@@ -122,23 +122,7 @@ matmul_nt_double_buffer(const T* __restrict__ A, int64_t lda,  // (M, K), row st
     __syncthreads();  // this copy is free again, and the other is complete
   }
 
-#pragma unroll
-  for (int si = 0; si < ITER_M; ++si)
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int m = m0 + wm + si * SUB_M + tr * TM + i;
-      if (m >= M) continue;  // the last block row overhangs the matrix
-#pragma unroll
-      for (int sj = 0; sj < ITER_N; ++sj)
-#pragma unroll
-        for (int j = 0; j < TN; j += 4) {
-          const int n = n0 + wn + sj * SUB_N + tc * TN + j;
-          T v[4];
-          for (int q = 0; q < 4; ++q)
-            v[q] = acc[si * TM + i][sj * TN + j + q] + ((bias != nullptr && n + q < N) ? bias[n + q] : T(0));
-          store4(C, ldc, m, n, N, vec_c, v);
-        }
-    }
+  store_warp_tiles<TM, TN, SUB_M, SUB_N>(acc, bias, C, ldc, M, N, m0 + wm + tr * TM, n0 + wn + tc * TN, vec_c);
 }
 
 template <typename T>

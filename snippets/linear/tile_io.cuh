@@ -1,5 +1,6 @@
 // What the 16-byte rungs share (cuda-tiled and the two after it): 4-vector loads and stores that fall back to
-// scalars at a matrix's edge or on a misaligned row. Included inside the rung's namespace.
+// scalars at a matrix's edge or on a misaligned row, and the warp-tiled rungs' last step, the store of a
+// thread's outputs. Included inside the rung's namespace.
 #pragma once
 
 // Four consecutive k of row r of P (R x K, row stride ld), zero outside the matrix so that a ragged
@@ -46,4 +47,29 @@ __device__ __forceinline__ void store4(T* __restrict__ C, int64_t ldc, int m, in
 template <typename T>
 bool rows_aligned(const T* p, int64_t ld) {
   return ld % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// A warp-tiled thread's outputs, plus the bias, to C: acc[si * TM + i][sj * TN + j] is C's row
+// m_first + si * SUB_M + i, column n_first + sj * SUB_N + j (its sub-tiles are SUB_M rows and SUB_N columns
+// apart); rows past M are skipped, columns past N cut by store4.
+template <int TM, int TN, int SUB_M, int SUB_N, typename T, int ROWS, int COLS>
+__device__ __forceinline__ void store_warp_tiles(const T (&acc)[ROWS][COLS], const T* __restrict__ bias, T* C,
+                                                 int64_t ldc, int M, int N, int m_first, int n_first, bool vec_c) {
+#pragma unroll
+  for (int si = 0; si < ROWS / TM; ++si)
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const int m = m_first + si * SUB_M + i;
+      if (m >= M) continue;  // the last block row overhangs the matrix
+#pragma unroll
+      for (int sj = 0; sj < COLS / TN; ++sj)
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+          const int n = n_first + sj * SUB_N + j;
+          T v[4];
+          for (int q = 0; q < 4; ++q)
+            v[q] = acc[si * TM + i][sj * TN + j + q] + ((bias != nullptr && n + q < N) ? bias[n + q] : T(0));
+          store4(C, ldc, m, n, N, vec_c, v);
+        }
+    }
 }
