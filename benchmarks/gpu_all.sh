@@ -60,7 +60,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
               tail -n 15 /tmp/kplay-pool-work/pool/logs/* > $R/pool-logs.txt 2>&1; tar czf $OUT/results.tgz -C $R . ;;
         pool-local) step lease-gpu 200 python3 benchmarks/pool.py --local --out $R ;;
         pool-tests) step pytest-pool 300 env -u COLUMNS python3 -m pytest -q -p no:cacheprovider tests/test_pool.py tests/test_lease.py ;;
-        sanitize-cost) step check-sanitize 330 python3 benchmarks/check_sanitize.py --repeat 1 --out $R/check-sanitize.md ;;
+        sanitize-cost) step check-sanitize 560 python3 benchmarks/check_sanitize.py --repeat 1 --out $R/check-sanitize.md ;;
         cheats) step cheats 400 python3 benchmarks/cheats.py --n 1e8 --out $R/cheats.md ;;
         timer-probe) step timer-probe 200 python3 benchmarks/timer_probe.py --out $R/timer-probe.md ;;
         profile-time) step profile-time 300 python3 benchmarks/profile_time.py --repeat 2 --out $R/profile-time.md ;;
