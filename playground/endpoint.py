@@ -14,8 +14,10 @@ import json
 import os
 import re
 import ssl
+import tempfile
 import threading
 import uuid
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,6 +25,11 @@ from .errors import UsageError
 
 MAX_BYTES = 1 << 20  # a submission's whole body
 MAX_FILE = 256 << 10  # one source file
+WAITING = 2  # a student's requests at once: more are refused (429), so one student cannot queue the GPUs
+ANSWER_S = 3600.0  # the longest a request waits for its grade, queue included; then it is cancelled
+CONNECTIONS = 256  # open connections at once; more are closed at once (a client retries)
+IDLE_S = 60.0  # a connection that sends nothing for this long is dropped
+EXERCISE = re.compile(r"[a-z][a-z0-9_]*/[a-z0-9][a-z0-9-]*")  # family/variant: built-in names, never a path
 
 
 class Refused(Exception):
@@ -34,15 +41,21 @@ class Refused(Exception):
 
 
 def editable(family: str, variant: str) -> tuple:
-    """(family, variant, the file names a student may send) of a built-in exercise; Refused otherwise."""
+    """(family, variant, the file names a student may send) of a built-in exercise; Refused otherwise. A name
+    is a built-in's, never a path: a family found elsewhere (a folder of the student's own, with its own
+    tolerances) is refused."""
     from . import exercise, registry
     from .errors import KplayError
 
+    if not EXERCISE.fullmatch(f"{family}/{variant}"):
+        raise Refused(400, f"not an exercise of this pool: {family}/{variant}"[:200])
     try:
         fam = registry.find(family)
         v = fam.variant(variant)
     except KplayError as e:
         raise Refused(400, f"not an exercise of this pool: {e}") from None
+    if fam.path.resolve().parent != registry.BUILTIN:
+        raise Refused(400, f"not an exercise of this pool: {family} is not one of kplay's own")
     if v.name not in exercise.exercises(fam):
         raise Refused(400, f"{family}/{variant} is not an exercise (kplay list marks them *)")
     return fam, v, {*v.sources, *v.includes}
@@ -65,14 +78,11 @@ def submission(body: dict) -> tuple:
 def grade_files(family: str, variant: str, files: dict, student: str, timeout: float, sanitize: bool) -> dict:
     """On a worker: the exercise started afresh in a temporary folder, the student's files written over its
     starter, graded as `kplay check` grades (each kernel in kplay's child process); the worker named."""
-    import tempfile
-
-    from . import exercise, registry
+    from . import exercise
     from .errors import KplayError
     from .scaffold import eject
 
-    fam = registry.find(family)
-    v = fam.variant(variant)
+    fam, v, _ = editable(family, variant)  # the worker checks the names again: it trusts no caller
     with tempfile.TemporaryDirectory(prefix="kplay-grade-") as tmp:
         folder = Path(tmp) / "exercise"
         eject(fam, folder, [v], fam.parse_params([]), starter=True, exercise={"family": family, "variant": variant, "student": student,
@@ -156,6 +166,7 @@ class Endpoint:
     def __init__(self, pool, scheduler: str):
         """pool: a pool.Pool (its tokens, results folder and the cluster's TLS)."""
         self.pool, self.scheduler, self._client, self._lock = pool, scheduler, None, threading.Lock()
+        self._waiting: dict[str, int] = {}  # student -> requests in flight
 
     def student(self, token) -> str:
         """The token's student; Refused (401) for no token, or one this pool did not issue."""
@@ -166,6 +177,19 @@ class Endpoint:
             if hmac.compare_digest(known, digest):
                 return name
         raise Refused(401, "this token is not one of this pool's (ask your instructor for yours)")
+
+    @contextmanager
+    def turn(self, student: str):
+        """One of the student's WAITING requests at once; Refused (429) beyond them."""
+        with self._lock:
+            if self._waiting.get(student, 0) >= WAITING:
+                raise Refused(429, f"you have {WAITING} requests waiting already: wait for their answers")
+            self._waiting[student] = self._waiting.get(student, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiting[student] -= 1
 
     def client(self):
         """The endpoint's Dask client, connected again if the scheduler was restarted."""
@@ -184,8 +208,9 @@ class Endpoint:
         student = self.student(body.get("token"))
         fam, v, files = submission(body)
         timeout = min(float(body.get("timeout") or 120.0), 600.0)
-        rec = self.submit(grade_files, (fam.name, v.name, files, student, timeout, bool(body.get("sanitize", True))),
-                          f"grade {student} {fam.name}/{v.name}", v.device == "cuda")
+        with self.turn(student):
+            rec = self.submit(grade_files, (fam.name, v.name, files, student, timeout, bool(body.get("sanitize", True))),
+                              f"grade {student} {fam.name}/{v.name}", v.device == "cuda")
         self.save(student, fam.name, v.name, rec)
         return rec
 
@@ -194,7 +219,8 @@ class Endpoint:
         student = self.student(body.get("token"))
         request, files = run_submission(body)
         gpu = request["device"] == "cuda" or (request["device"] == "auto" and self.gpus() > 0)
-        return self.submit(run_files, (json.dumps(request), files), f"run {student} {request['family']}", gpu)
+        with self.turn(student):
+            return self.submit(run_files, (json.dumps(request), files), f"run {student} {request['family']}", gpu)
 
     def gpus(self) -> int:
         return sum(bool(w.get("resources", {}).get("GPU")) for w in self.client().scheduler_info()["workers"].values())
@@ -207,7 +233,12 @@ class Endpoint:
                 raise Refused(503, "this needs a GPU and the pool has no GPU worker now")
             future = client.submit(fn, *args, key=f"{key} {uuid.uuid4().hex[:6]}",
                                    resources={"GPU": 1} if gpu else {"GRADE": 1}, pure=False)
-            return future.result()
+            try:
+                return future.result(timeout=ANSWER_S)
+            except TimeoutError:
+                future.cancel()
+                raise Refused(504, f"no answer within {ANSWER_S / 60:.0f} minutes (the pool is busy): send it again "
+                                   "later") from None
         except Refused:
             raise
         except Exception as e:  # the scheduler restarted, or the grade killed its workers: never a silent wait
@@ -225,12 +256,40 @@ class Endpoint:
 
 
 def write_whole(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write whole or not at all (a reader never sees half a file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write whole or not at all (a reader never sees half a file); two writers at once each write their own."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most CONNECTIONS of them: one more is closed at once."""
+
+    daemon_threads = True
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.slots = threading.BoundedSemaphore(CONNECTIONS)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
@@ -239,12 +298,14 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
     context.load_cert_chain(endpoint.pool.folder / "cluster.pem", endpoint.pool.folder / "cluster.key")
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = IDLE_S  # the socket's: a client that stalls (its handshake, its body) is dropped
+
         def do_POST(self):
             try:
                 if self.path not in ("/check", "/run"):
                     raise Refused(404, f"no such request: {self.path}")
                 size = int(self.headers.get("Content-Length") or 0)
-                if size > MAX_BYTES:
+                if not 0 <= size <= MAX_BYTES:
                     raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB")
                 body = json.loads(self.rfile.read(size) or b"{}")
                 body = body if isinstance(body, dict) else {}
@@ -252,7 +313,9 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
             except Refused as e:
                 status, reply = e.status, {"error": str(e)}
             except (ValueError, UsageError) as e:
-                status, reply = 400, {"error": str(e)}
+                status, reply = 400, {"error": str(e)[:500]}
+            except Exception as e:  # never a dropped connection: the student is told something went wrong
+                status, reply = 500, {"error": f"the pool failed on this request ({type(e).__name__}): send it again"}
             data = json.dumps(reply).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -263,7 +326,7 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
         def log_message(self, format, *args):  # the supervisor's log has what matters
             pass
 
-    server = ThreadingHTTPServer(("", port), Handler)
+    server = _Server(("", port), Handler)
     server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)  # in
     # the handler's thread: a client that stalls its handshake holds up no one else
     threading.Thread(target=server.serve_forever, daemon=True).start()
