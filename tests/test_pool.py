@@ -204,3 +204,69 @@ def test_a_negative_length_is_refused_before_the_body_is_read(class_pool):
     with socket.create_connection(("127.0.0.1", p.config["endpoint_port"])) as raw, context.wrap_socket(raw) as tls:
         tls.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n" + b"x" * 1000)
         assert b" 413 " in tls.recv(4096).split(b"\r\n")[0]
+
+
+def test_a_restarted_scheduler_loses_no_result_and_no_student_waits(class_pool, students):
+    p, _ = class_pool
+    folder, token = students["eve"]
+    got = []
+    thread = threading.Thread(target=lambda: got.append(_outcome(folder, token)))
+    thread.start()
+    until(lambda: any(w["grading"] for w in pool.status(p)["workers"]), every=0.05)
+    kept = sorted(p.results.glob("*/*.json"))
+    scheduler = int(subprocess.run(["pgrep", "-f", f"playground.pool scheduler {p.folder}"], capture_output=True,
+                                   text=True).stdout.split()[0])
+    os.kill(scheduler, signal.SIGKILL)
+    thread.join(120)
+    assert got and ("send it again" in got[0] or got[0] == "graded"), got  # told to resubmit, or graded: never left waiting
+    until(lambda: len(pool.status(p)["workers"]) == 2, seconds=120)  # the supervisor brought them all back
+    assert sorted(p.results.glob("*/*.json")) == kept or len(sorted(p.results.glob("*/*.json"))) >= len(kept)
+    again = remote.check(folder, token, 120, True)
+    assert again["student"] == "eve" and again["passed"] == again["checked"]
+
+
+def _outcome(folder, token) -> str:
+    try:
+        remote.check(folder, token, 120, True)
+        return "graded"
+    except UsageError as e:
+        return str(e)
+
+
+def test_run_on_the_pool_a_built_in_family_and_a_folder_with_a_compile_error(class_pool, students, tmp_path):
+    _, token = students["fay"]
+    ran = kplay("run", "sum", "--n", "1e5", "--pool", token)
+    assert ran.returncode == 0 and "ran on the pool's" in ran.stdout and "PASS" in ran.stdout, ran.stderr
+    folder = tmp_path / "mine"
+    assert kplay("eject", "sum", folder, "--variant", "cpp").returncode == 0
+    (folder / "sum.cpp").write_text((folder / "sum.cpp").read_text() + "\nthis is not C++;\n")
+    broken = kplay("run", folder, "--pool", token, "--no-bench")
+    assert broken.returncode == 3 and "sum.cpp" in broken.stderr, broken.stderr
+    with pytest.raises(endpoint.Refused, match="not a file name"):
+        endpoint.run_submission({"request": {"family": "sum", "device": "cpu"}, "files": {"../x": ""}})
+    with pytest.raises(endpoint.Refused, match="a family's name"):
+        endpoint.run_submission({"request": {"family": "../sum", "device": "cpu"}, "files": {}})
+
+
+def test_another_server_joins_and_the_board_follows_the_results(class_pool, tmp_path):
+    p, _ = class_pool
+    joined = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pool", "join", p.folder / "join.json", "--dir",
+                               tmp_path / "second", "--cpu-workers", "1", "--name", "second"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    follow = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "board", "--pool", p.folder, "--out",
+                               tmp_path / "board", "--follow"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        until(lambda: len(pool.status(p)["workers"]) == 3)  # the joined server's worker is in the pool
+        rows = lambda: len((tmp_path / "board" / "board.csv").read_text().splitlines())  # noqa: E731
+        before = rows() if (tmp_path / "board" / "board.csv").exists() else 1  # an empty pool: no board yet
+        record = json.loads((ROOT / "tests" / "data" / "board" / "bob.json").read_text())
+        (p.results / "zed").mkdir()
+        (p.results / "zed" / "print_array-cpp.json").write_text(json.dumps({**record, "student": "zed"}))
+        until(lambda: rows() == before + 1, seconds=30)  # a result arrived: the board was written again
+    finally:
+        joined.terminate()
+        follow.terminate()
+        joined.wait(30)
+        follow.wait(30)
+        shutil.rmtree(p.results / "zed", ignore_errors=True)
+    until(lambda: len(pool.status(p)["workers"]) == 2)  # its workers stopped with it
