@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT  # first: it puts the repository on sys.path
+from common import ROOT, emit  # first: it puts the repository on sys.path
 
 DROPS = {"without --keep": lambda a: [x for x in a if x != "--keep" and not x.startswith("--keep-dir")],
          "without -lineinfo": lambda a: [x for x in a if x != "-lineinfo"],
@@ -82,10 +82,7 @@ def main() -> None:
              f"{os.cpu_count()} cores, torch {torch.__version__}, "
              f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}; median of {args.repeat}", "",
              "| command | seconds |", "|---|---|", *(f"| {what} | {s:.2f} |" for what, s in rows)]
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        args.out.write_text(report)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

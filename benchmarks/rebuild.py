@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import ROOT, wall
+from common import ROOT, emit, wall
 
 CLI = [sys.executable, "-W", "ignore", str(ROOT / "cli.py")]
 
@@ -82,10 +82,7 @@ def main() -> None:
              f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}", "",
              "| step | seconds |", "|---|---|"] + [f"| {what} | {s:.2f} |" for what, s in rows] + [
              "", f"The last edit's build, per ninja target (from its start): {steps}"]
-    report = "\n".join(lines) + "\n"
-    print(report)
-    if args.out:
-        args.out.write_text(report)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":
