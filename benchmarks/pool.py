@@ -201,14 +201,22 @@ def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool, emit) -> No
 def spread(solo: dict, again: dict) -> list[str]:
     """Each exercise graded alone before the class and again after it: how far one kernel's time moves between
     two lone runs, the yardstick for the class's ratios."""
-    lines = ["", "| exercise | solo before | solo after | ratio | same |", "|---|---|---|---|---|"]
+    lines = ["", "| exercise | solo before | solo after | ratio | same | SM MHz before, after |", "|---|---|---|---|---|---|"]
     for ex in solo:
         a, b = stats_of(solo[ex][0]), stats_of(again[ex][0])
         if a and b:
             lines.append(f"| {'/'.join(ex)} | {a.median_s * 1e6:.1f} µs ± {100 * a.noise:.1f}% | "
                          f"{b.median_s * 1e6:.1f} µs ± {100 * b.noise:.1f}% | {b.median_s / a.median_s:.3f} | "
-                         f"{'yes' if timing.same(a, b) else 'no'} |")
+                         f"{'yes' if timing.same(a, b) else 'no'} | {_mhz(a)}, {_mhz(b)} |")
     return lines
+
+
+def _mhz(stats) -> str:
+    """The SM clock over a timing's kept samples (NVML): low-high, or one figure."""
+    if not stats.clock_mhz:
+        return "-"
+    low, _, high = stats.clock_mhz
+    return f"{low}" if low == high else f"{low}-{high}"
 
 
 def same_report(student, sanitize: bool) -> list[str]:
@@ -233,8 +241,8 @@ def table(students, solo, done, wall, one, workers) -> list[str]:
     lines = [f"{len(students)} students at once on {workers} worker(s): {wall:.1f} s; "
              f"N x one grade / workers = {len(students)} x {one:.1f} s / {workers} = {ideal:.1f} s "
              f"(ratio {wall / ideal:.2f})", "",
-             "| student | worker | cases | time | solo | ratio | same | rank | solo rank | waited | while timing |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| student | worker | cases | time | solo | ratio | same | rank | solo rank | waited | while timing | SM MHz |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     records = [rec for rec, _, _ in done]
     together = ranks(records)
     alone = ranks([{**solo[ex][0], "student": name} for name, ex, _, _ in students])
@@ -248,7 +256,7 @@ def table(students, solo, done, wall, one, workers) -> list[str]:
                      f"{theirs.median_s * 1e6:.1f} µs ± {100 * theirs.noise:.1f}% | "
                      f"{mine.median_s / theirs.median_s:.3f} | {'yes' if timing.same(mine, theirs) else 'no'} | "
                      f"{together.get(name)} | {alone.get(name)} | {rec['run'].get('lease', {}).get('waited_s', 0):.1f} s | "
-                     f"{_others(rec['run'])} |")
+                     f"{_others(rec['run'])} | {_mhz(mine)} |")
     return lines
 
 
