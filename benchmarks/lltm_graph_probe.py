@@ -9,7 +9,8 @@ cuda-fast, and both through torch.cuda.make_graphed_callables, whose forward and
 graph replay after the inputs are copied into its static buffers. A graphed callable returns the same
 output buffers every call (the next call overwrites them), so "+ clone" also copies the outputs out, as
 an op that returns fresh tensors must. The floor a graph rung can reach is the graphed rows; whether 1.5x
-eager is within it, the ratios say. Checked against the float64 reference first (lltm_bench.check).
+eager is within it, the ratios say. Last, the rung itself: cuda-graph, a graph per call signature in C++.
+Checked against the float64 reference first (lltm_bench.check).
 """
 
 from __future__ import annotations
@@ -49,11 +50,14 @@ def main() -> None:
     args = ap.parse_args()
     ops, _ = build(lb.FAMILY, lb.FAMILY.variants[lb.FAST], lb.FAMILY.parse_params([]))
     fast = lb.SPEC.lltm_function(ops, lb.FAST)
+    graph_ops, _ = build(lb.FAMILY, lb.FAMILY.variants["cuda-graph"], lb.FAMILY.parse_params([]))
+    graph_rung = lb.SPEC.lltm_function(graph_ops, "cuda-graph")  # the rung: a graph per call signature, in C++
     lines, record = ["| size | contender | check | forward µs | x eager | backward µs | x eager |", "|---|---|---|---|---|---|---|"], []
     for size in lb.SIZES["cuda"]:
         inputs = lb.inputs_for(size, "cuda")
         fns = {**contenders(fast), **{f"{k} graphed{' + clone' * c}": graphed(f, inputs, c)
-                                      for k, f in contenders(fast).items() for c in (False, True)}}
+                                      for k, f in contenders(fast).items() for c in (False, True)},
+               "cuda-graph": graph_rung}
         checks = {k: lb.check(f, inputs) for k, f in fns.items()}
         pairs = {(k, step): pair for k, f in fns.items() for step, pair in lb.SPEC.timings(f, inputs).items()}
         times = lb.time_all(pairs, "cuda", args.budget)

@@ -127,7 +127,7 @@ def check_ops(variant, device):
     SPEC.lltm_function(lib, variant)  # the fakes; for cpp and cuda, the autograd too
     input, weights, bias, old_h, old_cell, grad_h, grad_cell = inputs((4, 5, 6), torch.float64, device)
     leaves = [x.clone().requires_grad_() for x in (input, weights, bias, old_h, old_cell)]
-    if variant == "cuda-fast":  # its autograd is lltm's, in C++: lltm_forward has none
+    if variant in ("cuda-fast", "cuda-graph"):  # their autograd is lltm's, in C++: lltm_forward has none
         torch.library.opcheck(lib.lltm.default, leaves)
     leaves = [x.detach() for x in leaves]
     torch.library.opcheck(lib.lltm_forward.default, leaves)
@@ -191,9 +191,12 @@ def test_cpp_rejects_bad_shapes():
 @pytest.mark.parametrize("variant", ["cpp", "cuda"], ids=variant_id)
 def test_tutorial_variants_build_without_autograd_headers(variant):
     """Issue 12: cpp and cuda register autograd from Python, so their C++ includes neither torch/extension.h
-    nor torch/csrc/autograd (about 10 s of a cold build); cuda-fast, whose speed rests on C++ autograd, does."""
+    nor torch/csrc/autograd (about 10 s of a cold build); cuda-fast, whose speed rests on C++ autograd, does
+    (through lltm_op.h, which cuda-graph shares)."""
     def heavy(v):
-        text = "".join(render.sources(FAMILY, FAMILY.variants[v], FAMILY.parse_params([])).values())
+        variant = FAMILY.variants[v]
+        text = "".join([*render.sources(FAMILY, variant, FAMILY.parse_params([])).values(),
+                        *(render.header(FAMILY, variant, h) for h in variant.includes)])
         return re.findall(r"#include <(torch/extension\.h|torch/csrc/autograd/[^>]*)>", text)
     assert heavy(variant) == []
     assert heavy("cuda-fast") == ["torch/csrc/autograd/custom_function.h"]
@@ -226,7 +229,7 @@ def test_checker_catches_a_wrong_backward(wrong_elu_derivative):
 
 # ---- cuda and cuda-fast: compile here, run on a GPU -----------------------------------------------------
 
-CUDA_VARIANTS = ["cuda", "cuda-fast"]
+CUDA_VARIANTS = ["cuda", "cuda-fast", "cuda-graph"]
 
 
 @pytest.mark.slow
@@ -237,14 +240,15 @@ def test_cuda_sources_compile(variant):
     cuBLASLt); the library loads and its ops register."""
     lib = ops(variant)
     assert lib.lltm_forward._schemas and lib.lltm_backward._schemas
-    if variant == "cuda-fast":
+    if variant in ("cuda-fast", "cuda-graph"):
         assert lib.lltm._schemas
 
 
 # (variant, params): each variant's default, the tutorial's 1024 threads, and cuda-fast's other paths (built and
 # checked on the GPU box; here test_cuda_sources_compile compiles each variant's default).
 CUDA_BUILDS = [("cuda", {}), ("cuda", {"threads": 1024}), ("cuda-fast", {}), ("cuda-fast", {"streams": 2}),
-               ("cuda-fast", {"threads": 1024}), ("cuda-fast", {"fwd_split": 2, "bwd_split": 2})]  # odd k: no split
+               ("cuda-fast", {"threads": 1024}), ("cuda-fast", {"fwd_split": 2, "bwd_split": 2}),  # odd k: no split
+               ("cuda-graph", {}), ("cuda-graph", {"streams": 2})]
 
 
 def build_id(build):
@@ -303,6 +307,40 @@ def test_cuda_fast_float32_matmuls_go_through_cublaslt():
     assert not aten_matmuls(lltm("cuda-fast"), torch.float32)
     assert aten_matmuls(lltm("cuda-fast"), torch.float64)
     assert aten_matmuls(lltm("cuda"), torch.float32)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_cuda_graph_replays_new_values_into_new_outputs(dtype):
+    """cuda-graph: a call at the addresses of an earlier one replays its graph (cudaGraphLaunch, no kernel
+    launched one by one); values changed in place since are read anew; an output still held is never written."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn = lltm("cuda-graph")
+    x = list(inputs((16, 32, 128), dtype, "cuda")[:5])
+
+    def assert_cell(out, want):
+        tols, _ = SPEC.tolerance(*x, *inputs((16, 32, 128), dtype, "cuda")[5:], dtype)
+        for o, r, tol in zip(out, want, tols[:2]):
+            assert (o.double() - r).abs().max().item() <= tol
+
+    with torch.no_grad():
+        for _ in range(3):  # the first records, the next replay: the allocator hands back the same addresses
+            out = fn(*x)
+            del out
+        first = fn(*x)
+        want_first = SPEC.lltm_reference(*(t.double() for t in x))
+        x[0].mul_(-1)  # new values at the same address
+        second = fn(*x)  # `first` is held: other output addresses, a call not seen before
+        del second
+        x[3].mul_(0.5)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            third = fn(*x)  # second's addresses again: a replay, which must read both changes
+            torch.cuda.synchronize()
+    names = {e.name for e in prof.events()}
+    assert "cudaGraphLaunch" in names and not any("LaunchKernel" in n for n in names), sorted(names)
+    assert_cell(third, SPEC.lltm_reference(*(t.double() for t in x)))
+    assert_cell(first, want_first)
 
 
 @pytest.mark.cuda

@@ -23,11 +23,11 @@ def lltm_reference(input, weights, bias, old_h, old_cell):
 def lltm_function(ops, variant):
     """The variant as a function (input, weights, bias, old_h, old_cell) -> (new_h, new_cell).
 
-    cuda-fast's op `lltm` has its autograd in C++; cpp and cuda have lltm_forward and lltm_backward, and
-    their autograd is the tutorial's LLTMFunction, in Python (python_autograd).
+    cuda-fast's and cuda-graph's op `lltm` has its autograd in C++; cpp and cuda have lltm_forward and
+    lltm_backward, and their autograd is the tutorial's LLTMFunction, in Python (python_autograd).
     """
     register_fakes(ops)
-    if variant == "cuda-fast":
+    if variant in ("cuda-fast", "cuda-graph"):
         return ops.lltm.default  # the one overload: no overload resolution per call
     return python_autograd(ops)
 

@@ -1,0 +1,104 @@
+// The rung after cuda-fast: CUDA graphs, against launch overhead. cuda-fast's forward is three kernels
+// (X, the matmul, the gates) and its backward five, and the host spends microseconds on each launch, on
+// cuBLASLt's setup and on the dispatcher: a cost paid per call, however small the cell. A CUDA graph records
+// a call's kernels once and launches them all again with one call (cudaGraphLaunch), back to back on the
+// GPU, with the host out of the way.
+//
+// A graph replays exactly what it recorded, pointers included. So a graph is kept per call signature:
+// every tensor's address, sizes and strides, in and out. The outputs are allocated for each call, as any
+// op's are (a training loop gets the same addresses back from the caching allocator call after call, so
+// it hits its graphs); the intermediates (split-K's partial products, d_gates, cuBLASLt's workspace) live
+// in the graph's own memory pool. A call never seen before runs as cuda-fast's does, then records its
+// graph for the next time. The price: recording costs more than a call, and each graph keeps its
+// intermediates' memory (at most kMaxGraphs graphs per direction; then the cache starts over).
+#include <cstdint>
+
+// cuda-fast's parameters (fwd_split, bwd_split, streams): this rung replays cuda-fast's work.
+constexpr int64_t kForwardParts = {{fwd_split}}, kBackwardParts = {{bwd_split}};
+constexpr int kStreams = {{streams}};
+
+#include "lltm_fast_ops.h"
+
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+constexpr size_t kMaxGraphs = 16;  // per direction: a timing loop's rotating inputs need one each
+
+using Signature = std::vector<int64_t>;
+
+// What a graph's replay depends on: each tensor's dtype, device, address, sizes and strides.
+static Signature signature(std::initializer_list<Tensor> tensors) {
+  Signature s;
+  for (const Tensor& t : tensors) {
+    s.insert(s.end(), {int64_t(t.scalar_type()), t.get_device(), reinterpret_cast<int64_t>(t.data_ptr()), t.dim()});
+    for (int64_t d = 0; d < t.dim(); ++d) s.insert(s.end(), {t.size(d), t.stride(d)});
+  }
+  return s;
+}
+
+struct Graphs {
+  std::mutex lock;
+  std::map<Signature, std::unique_ptr<at::cuda::CUDAGraph>> recorded;
+};
+
+// Runs `work` (a call's kernels, on the current stream) as the graph recorded for `sig`; with none, runs it
+// directly and records it.
+template <typename Work>
+static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
+  std::unique_lock<std::mutex> hold(graphs.lock);
+  if (auto found = graphs.recorded.find(sig); found != graphs.recorded.end()) {
+    found->second->replay();  // the host's whole cost of the call: this lookup and one cudaGraphLaunch
+    return;
+  }
+  hold.unlock();
+  work();  // this call's results, as cuda-fast computes them
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  {
+    // Captured, not run: the kernels and their pointers become the graph's nodes (never on the default stream).
+    const c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);  // a memory pool of its own
+    work();
+    graph->capture_end();
+  }
+  hold.lock();
+  if (graphs.recorded.size() >= kMaxGraphs) {
+    C10_CUDA_CHECK(cudaDeviceSynchronize());  // no graph is freed while a replay of it may still run
+    graphs.recorded.clear();
+  }
+  graphs.recorded.emplace(std::move(sig), std::move(graph));
+}
+
+static Graphs forward_graphs, backward_graphs;
+
+static Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, const Tensor& bias, const Tensor& old_h,
+                                 const Tensor& old_cell) {
+  check_inputs(input, weights, bias, old_h, old_cell);
+  const c10::cuda::CUDAGuard device(input.device());
+  const Forward out = forward_outputs(input, old_h);
+  const auto& [new_h, new_cell, gates, X] = out;
+  replay_or_record(forward_graphs, signature({input, weights, bias, old_h, old_cell, new_h, new_cell, gates, X}),
+                   [&] { lltm_forward_into(out, input, weights, bias, old_h, old_cell); });
+  return out;
+}
+
+static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
+                                   const Tensor& gates, const Tensor& X, const Tensor& weights) {
+  check_backward_inputs(grad_h, grad_cell, new_cell, gates);
+  const c10::cuda::CUDAGuard device(gates.device());
+  const auto out = backward_outputs(new_cell, X, weights);
+  const auto& [d_input, d_weights, d_bias, d_X, d_old_cell] = out;
+  replay_or_record(backward_graphs,
+                   signature({grad_h, grad_cell, new_cell, gates, X, weights, d_input, d_weights, d_bias, d_X,
+                              d_old_cell}),
+                   [&] { lltm_backward_into(out, grad_h, grad_cell, new_cell, gates, X, weights); });
+  return {d_input, d_weights, d_bias, d_X.narrow(1, 0, new_cell.size(1)), d_old_cell};
+}
+
+#include "lltm_op.h"  // the op `lltm`, its autograd (cuda-fast's), and the registrations of the two above
