@@ -1,7 +1,9 @@
 // Rung 6 of the matmul ladder: warptiling, a tile per warp between the block's and the thread's.
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
 //
-// The block copies its tiles as cuda-tiled does (16-byte loads, k-major padded tiles). The one idea:
+// The block copies its tiles as cuda-tiled does (16-byte loads, k-major padded tiles), each thread's
+// loads of a step all issued before it stores any: 128 threads are half of cuda-tiled's warps, too few
+// to hide one load's latency after another (that order ran at 0.68x cuda-tiled on an H200). The one idea:
 // split the block's BM x BN tile of C into WM x WN tiles, one per warp, and each warp's into sub-tiles of
 // 8 x 4 threads (each thread TM x TN outputs) that the warp walks WM / (8 TM) x WN / (4 TN) times. A
 // thread's outputs are then a few small blocks, each a whole 16-byte row of registers, that all 32
@@ -31,11 +33,14 @@ constexpr int THREADS = (BM / WM) * WARPS_N * 32;
 constexpr int SUB_M = 8 * TM, SUB_N = 4 * TN;  // a warp's sub-tile: its 32 lanes as 8 rows x 4 columns
 constexpr int ITER_M = WM / SUB_M, ITER_N = WN / SUB_N;  // sub-tiles per warp tile
 constexpr int PAD = 4;  // shifts each k-row of a tile by 4 banks, as in cuda-tiled
+constexpr int LOADS_A = BM * BK / 4 / THREADS, LOADS_B = BN * BK / 4 / THREADS;  // 4-vectors per thread a step
 static_assert(BM % WM == 0 && BN % WN == 0, "a block tile is a whole number of warp tiles");
 static_assert(WM % SUB_M == 0 && WN % SUB_N == 0,
               "a warp tile is a whole number of sub-tiles (8 wt_thread_m x 4 wt_thread_n)");
 static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "threads move 4-vectors");
 static_assert(THREADS <= 1024, "at most 32 warps per block");
+static_assert(LOADS_A * THREADS * 4 == BM * BK && LOADS_B * THREADS * 4 == BN * BK,
+              "every thread moves as many 4-vectors of a tile (block * wt_block_k / 4 a multiple of the threads)");
 static_assert((BM + BN + 2 * PAD) * BK * sizeof(double) <= 48 * 1024,
               "the float64 tiles exceed the 48 KB of static shared memory a block may have");
 
@@ -58,17 +63,28 @@ matmul_nt_warptile(const T* __restrict__ A, int64_t lda,  // (M, K), row stride 
   T acc[ITER_M * TM][ITER_N * TN] = {};  // this thread's ITER_M x ITER_N blocks of TM x TN outputs
 
   for (int k0 = 0; k0 < K; k0 += BK) {
-    for (int i = threadIdx.x; i < BM * BK / 4; i += THREADS) {  // 4 consecutive k of one row per step
-      const int r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      T v[4];
-      load4(A, lda, m0 + r, k0 + k, M, K, vec_a, v);
-      for (int j = 0; j < 4; ++j) As[k + j][r] = v[j];
+    // This thread's share of the step's tiles (4 consecutive k of one row each): every load issued before
+    // the first store, so that their latencies overlap instead of adding up.
+    T ra[LOADS_A][4], rb[LOADS_B][4];
+#pragma unroll
+    for (int l = 0; l < LOADS_A; ++l) {
+      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+      load4(A, lda, m0 + r, k0 + k, M, K, vec_a, ra[l]);
     }
-    for (int i = threadIdx.x; i < BN * BK / 4; i += THREADS) {
-      const int r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      T v[4];
-      load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, v);
-      for (int j = 0; j < 4; ++j) Bs[k + j][r] = v[j];
+#pragma unroll
+    for (int l = 0; l < LOADS_B; ++l) {
+      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+      load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, rb[l]);
+    }
+#pragma unroll
+    for (int l = 0; l < LOADS_A; ++l) {
+      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+      for (int j = 0; j < 4; ++j) As[k + j][r] = ra[l][j];
+    }
+#pragma unroll
+    for (int l = 0; l < LOADS_B; ++l) {
+      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+      for (int j = 0; j < 4; ++j) Bs[k + j][r] = rb[l][j];
     }
     __syncthreads();  // the tiles are complete
 
