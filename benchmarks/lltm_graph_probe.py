@@ -67,8 +67,11 @@ def main() -> None:
             lines.append(f"| {size} | {k} | {'pass' if checks[k]['ok'] else 'FAIL'} | {fw:.1f} | {eager['forward'] / fw:.2f} | "
                          f"{bw:.1f} | {eager['backward'] / bw:.2f} |")
             record.append({"size": size, "contender": k, **checks[k], "forward_us": fw, "backward_us": bw})
+    counts = dict(zip(["forward replays", "forward records", "backward replays", "backward records"],
+                      graph_ops.graph_counts()))
     text = "\n".join([f"# lltm: CUDA graphs against the {TARGET}x target, {torch.cuda.get_device_name()}", "",
-                      "synchronized wall clock per call, median, each call after an untimed one of its own", "", *lines])
+                      "synchronized wall clock per call, median, each call after an untimed one of its own", "", *lines,
+                      "", f"cuda-graph over the whole run (checks, warm-ups, timing): {counts}"])
     print(text)
     if args.out:
         (args.out / "lltm-graph-probe.md").write_text(text + "\n")

@@ -334,9 +334,11 @@ def test_cuda_graph_replays_new_values_into_new_outputs(dtype):
         second = fn(*x)  # `first` is held: other output addresses, a call not seen before
         del second
         x[3].mul_(0.5)
+        replays, records = ops("cuda-graph").graph_counts()[:2]
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             third = fn(*x)  # second's addresses again: a replay, which must read both changes
             torch.cuda.synchronize()
+    assert ops("cuda-graph").graph_counts()[:2] == [replays + 1, records]
     names = {e.name for e in prof.events()}
     assert "cudaGraphLaunch" in names and not any("LaunchKernel" in n for n in names), sorted(names)
     assert_cell(third, SPEC.lltm_reference(*(t.double() for t in x)))

@@ -46,6 +46,7 @@ static Signature signature(std::initializer_list<Tensor> tensors) {
 struct Graphs {
   std::mutex lock;
   std::map<Signature, std::unique_ptr<at::cuda::CUDAGraph>> recorded;
+  int64_t replays = 0, records = 0;  // what graph_counts() reports
 };
 
 // Runs `work` (a call's kernels, on the current stream) as the graph recorded for `sig`; with none, runs it
@@ -55,6 +56,7 @@ static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
   std::unique_lock<std::mutex> hold(graphs.lock);
   if (auto found = graphs.recorded.find(sig); found != graphs.recorded.end()) {
     found->second->replay();  // the host's whole cost of the call: this lookup and one cudaGraphLaunch
+    ++graphs.replays;
     return;
   }
   hold.unlock();
@@ -73,6 +75,7 @@ static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
     graphs.recorded.clear();
   }
   graphs.recorded.emplace(std::move(sig), std::move(graph));
+  ++graphs.records;
 }
 
 static Graphs forward_graphs, backward_graphs;
@@ -102,3 +105,16 @@ static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell
 }
 
 #include "lltm_op.h"  // the op `lltm`, its autograd (cuda-fast's), and the registrations of the two above
+
+// How often a call found its graph: [forward replays, forward records, backward replays, backward records].
+// A loop whose tensors keep their addresses replays; one whose addresses keep changing records every call.
+static std::vector<int64_t> graph_counts() {
+  std::vector<int64_t> counts;
+  for (Graphs* g : {&forward_graphs, &backward_graphs}) {
+    const std::lock_guard<std::mutex> hold(g->lock);
+    counts.insert(counts.end(), {g->replays, g->records});
+  }
+  return counts;
+}
+
+TORCH_LIBRARY_FRAGMENT(KPLAY_NS, m) { m.def("graph_counts() -> int[]", &graph_counts); }
