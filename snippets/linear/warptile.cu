@@ -2,7 +2,7 @@
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
 //
 // The block copies its tiles as cuda-tiled does (16-byte loads, k-major padded tiles), each thread's
-// loads of a step all issued before it stores any: 128 threads are half of cuda-tiled's warps, too few
+// loads of a step all started before it stores any: 128 threads are half of cuda-tiled's warps, too few
 // to hide one load's latency after another (that order ran at 0.68x cuda-tiled on an H200). The one idea:
 // split the block's BM x BN tile of C into WM x WN tiles, one per warp, and each warp's into sub-tiles of
 // 8 x 4 threads (each thread TM x TN outputs) that the warp walks WM / (8 TM) x WN / (4 TN) times. A
@@ -63,7 +63,7 @@ matmul_nt_warptile(const T* __restrict__ A, int64_t lda,  // (M, K), row stride 
   T acc[ITER_M * TM][ITER_N * TN] = {};  // this thread's ITER_M x ITER_N blocks of TM x TN outputs
 
   for (int k0 = 0; k0 < K; k0 += BK) {
-    // This thread's share of the step's tiles (4 consecutive k of one row each): every load issued before
+    // This thread's share of the step's tiles (4 consecutive k of one row each): every load started before
     // the first store, so that their latencies overlap instead of adding up.
     T ra[LOADS_A][4], rb[LOADS_B][4];
 #pragma unroll
