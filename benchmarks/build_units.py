@@ -8,6 +8,8 @@ ninja ran: the binding's C++ compile, the .cu's nvcc compile, the link), and tim
 median of --repeat runs, beside the floor of starting a compiler at all (`nvcc --version`, `c++
 --version`). Then the .cu compile without --keep, without -lineinfo, without --resource-usage, and with the
 host side at -O0 (none of which changes the kernel's SASS but -lineinfo's line table): which flag costs what.
+Last, the .cu's compile by nvcc's own phases (its --time report): preprocessing, cudafe++, cicc, ptxas, the
+host compiler.
 """
 
 from __future__ import annotations
@@ -56,6 +58,16 @@ def seconds(argv: list[str], cwd: Path, repeat: int) -> float:
     return statistics.median(runs)
 
 
+def nvcc_phases(argv: list[str], cwd: Path) -> list[tuple[str, float]]:
+    """(phase, milliseconds) of one nvcc run, from its own --time report: preprocessing, cudafe++, cicc,
+    ptxas, fatbinary, the host compiler."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "phases.csv"
+        subprocess.run([*argv, "--time", str(report)], cwd=cwd, capture_output=True, check=True)
+        rows = [[c.strip() for c in line.split(",")] for line in report.read_text().splitlines()[1:]]
+    return [(r[1], float(r[6])) for r in rows if len(r) > 7 and r[7] == "ms"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", default="sum")
@@ -76,12 +88,15 @@ def main() -> None:
                 ("the .cu (nvcc), as kplay builds it", seconds(cmds["cuda_compile"], build, args.repeat))]
         rows += [(f"the .cu {what}", seconds(drop(cmds["cuda_compile"]), build, args.repeat)) for what, drop in DROPS.items()]
         rows.append(("the link", seconds(cmds["link"], build, args.repeat)))
+        phases = nvcc_phases(cmds["cuda_compile"], build)
     import torch
 
     lines = [f"# One build's units, timed alone: {args.family}/{args.variant}", "",
              f"{os.cpu_count()} cores, torch {torch.__version__}, "
              f"GPU: {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}; median of {args.repeat}", "",
-             "| command | seconds |", "|---|---|", *(f"| {what} | {s:.2f} |" for what, s in rows)]
+             "| command | seconds |", "|---|---|", *(f"| {what} | {s:.2f} |" for what, s in rows), "",
+             "The .cu's compile by nvcc's own phases (`nvcc --time`, one run):", "",
+             "| phase | ms |", "|---|---|", *(f"| {name} | {ms:.0f} |" for name, ms in phases)]
     emit("\n".join(lines) + "\n", args.out)
 
 
