@@ -9,7 +9,8 @@ cuda-fast, and both through torch.cuda.make_graphed_callables, whose forward and
 graph replay after the inputs are copied into its static buffers. A graphed callable returns the same
 output buffers every call (the next call overwrites them), so "+ clone" also copies the outputs out, as
 an op that returns fresh tensors must. The floor a graph rung can reach is the graphed rows; whether 1.5x
-eager is within it, the ratios say. Last, the rung itself: cuda-graph, a graph per call signature in C++.
+eager is within it, the ratios say. Last, the rung itself: cuda-graph, a graph per call signature in C++; and
+the floor: each contender's GPU kernel time per call against the time 1.5x eager leaves.
 Checked against the float64 reference first (lltm_bench.check).
 """
 
@@ -43,6 +44,44 @@ def contenders(fast) -> dict:
     return {"eager": lb.SPEC.lltm_reference, "cuda-fast": fast}
 
 
+def kernel_us(steps, n: int = 20) -> float:
+    """GPU time of the kernels each round of `steps` (callables, run in order, then a sync) launches: the
+    sum over torch.profiler's CUDA kernel events, per round."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        [f() for f in steps]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            [f() for f in steps]
+            torch.cuda.synchronize()
+    kinds = (torch.autograd.DeviceType.CUDA,)
+    return sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type in kinds) / n
+
+
+def gpu_work(fn, inputs) -> tuple[float, float]:
+    """(forward, backward) GPU kernel time per call, timed as the table's calls are: the backward's is its
+    round (a fresh forward, then the backward) less the fresh forward alone."""
+    steps = lb.SPEC.timings(fn, inputs)
+    (leaves, forward), (fresh, backward) = steps["forward"], steps["backward"]
+    held = []
+    fw = kernel_us([lambda: forward(*leaves())])
+    alone = kernel_us([lambda: held.append(fresh()), held.clear])
+    both = kernel_us([lambda: backward(*fresh())])
+    return fw, both - alone
+
+
+def floor_lines(size, eager: dict, works: dict) -> list[str]:
+    """Whether 1.5x eager fits above each contender's own GPU work: a synchronized call cannot be shorter."""
+    lines = []
+    for k, (fw, bw) in works.items():
+        for step, work in (("forward", fw), ("backward", bw)):
+            need = eager[step] / TARGET
+            lines.append(f"| {size} | {k} | {step} | {work:.1f} | {need:.1f} | {'fits' if work < need else 'NO'} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
@@ -53,6 +92,7 @@ def main() -> None:
     graph_ops, _ = build(lb.FAMILY, lb.FAMILY.variants["cuda-graph"], lb.FAMILY.parse_params([]))
     graph_rung = lb.SPEC.lltm_function(graph_ops, "cuda-graph")  # the rung: a graph per call signature, in C++
     lines, record = ["| size | contender | check | forward µs | x eager | backward µs | x eager |", "|---|---|---|---|---|---|---|"], []
+    floors = ["| size | contender | step | GPU kernels µs | 1.5x eager needs ≤ µs | fits |", "|---|---|---|---|---|---|"]
     for size in lb.SIZES["cuda"]:
         inputs = lb.inputs_for(size, "cuda")
         fns = {**contenders(fast), **{f"{k} graphed{' + clone' * c}": graphed(f, inputs, c)
@@ -67,11 +107,16 @@ def main() -> None:
             lines.append(f"| {size} | {k} | {'pass' if checks[k]['ok'] else 'FAIL'} | {fw:.1f} | {eager['forward'] / fw:.2f} | "
                          f"{bw:.1f} | {eager['backward'] / bw:.2f} |")
             record.append({"size": size, "contender": k, **checks[k], "forward_us": fw, "backward_us": bw})
+        works = {k: gpu_work(fns[k], inputs) for k in ("eager", "cuda-fast", "cuda-graph")}
+        floors += floor_lines(size, eager, works)
     counts = dict(zip(["forward replays", "forward records", "backward replays", "backward records"],
                       graph_ops.graph_counts()))
     text = "\n".join([f"# lltm: CUDA graphs against the {TARGET}x target, {torch.cuda.get_device_name()}", "",
                       "synchronized wall clock per call, median, each call after an untimed one of its own", "", *lines,
-                      "", f"cuda-graph over the whole run (checks, warm-ups, timing): {counts}"])
+                      "", f"cuda-graph over the whole run (checks, warm-ups, timing): {counts}", "",
+                      "The floor: each contender's GPU kernel time per call (torch.profiler), against the time 1.5x",
+                      "eager allows (eager's wall clock above / 1.5). Where the kernels alone take longer, no host",
+                      "saving reaches 1.5x.", "", *floors])
     print(text)
     if args.out:
         (args.out / "lltm-graph-probe.md").write_text(text + "\n")
