@@ -109,7 +109,7 @@ def main() -> None:
             record.append({"size": size, "contender": k, **checks[k], "forward_us": fw, "backward_us": bw})
         works = {k: gpu_work(fns[k], inputs) for k in ("eager", "cuda-fast", "cuda-graph")}
         floors += floor_lines(size, eager, works)
-    counts = dict(zip(["forward replays", "forward records", "backward replays", "backward records"],
+    counts = dict(zip([f"{step} {what}" for step in ("forward", "backward") for what in ("replays", "records", "direct")],
                       graph_ops.graph_counts()))
     text = "\n".join([f"# lltm: CUDA graphs against the {TARGET}x target, {torch.cuda.get_device_name()}", "",
                       "synchronized wall clock per call, median, each call after an untimed one of its own", "", *lines,

@@ -325,20 +325,21 @@ def test_cuda_graph_replays_new_values_into_new_outputs(dtype):
             assert (o.double() - r).abs().max().item() <= tol
 
     with torch.no_grad():
-        for _ in range(3):  # the first records, the next replay: the allocator hands back the same addresses
+        for _ in range(3):  # run directly, recorded, replayed: the allocator hands back the same addresses
             out = fn(*x)
             del out
-        first = fn(*x)
+        first = fn(*x)  # those addresses again: a replay
         want_first = SPEC.lltm_reference(*(t.double() for t in x))
         x[0].mul_(-1)  # new values at the same address
-        second = fn(*x)  # `first` is held: other output addresses, a call not seen before
-        del second
-        x[3].mul_(0.5)
-        replays, records = ops("cuda-graph").graph_counts()[:2]
+        for _ in range(3):  # `first` is held: other output addresses, run directly, recorded, replayed
+            out = fn(*x)
+            del out
+        x[3].mul_(0.5)  # changed since that graph was recorded
+        replays, records, direct = ops("cuda-graph").graph_counts()[:3]
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            third = fn(*x)  # second's addresses again: a replay, which must read both changes
+            third = fn(*x)  # a replay, which must read both changes
             torch.cuda.synchronize()
-    assert ops("cuda-graph").graph_counts()[:2] == [replays + 1, records]
+    assert ops("cuda-graph").graph_counts()[:3] == [replays + 1, records, direct]
     names = {e.name for e in prof.events()}
     assert "cudaGraphLaunch" in names and not any("LaunchKernel" in n for n in names), sorted(names)
     assert_cell(third, SPEC.lltm_reference(*(t.double() for t in x)))

@@ -8,9 +8,10 @@
 // every tensor's address, sizes and strides, in and out. The outputs are allocated for each call, as any
 // op's are (a training loop gets the same addresses back from the caching allocator call after call, so
 // it hits its graphs); the intermediates (split-K's partial products, d_gates, cuBLASLt's workspace) live
-// in the graph's own memory pool. A call never seen before runs as cuda-fast's does, then records its
-// graph for the next time. The price: recording costs more than a call, and each graph keeps its
-// intermediates' memory (at most kMaxGraphs graphs per direction; then the cache starts over).
+// in the graph's own memory pool. A call not seen before runs as cuda-fast's does; seen a second time,
+// it also records its graph for the next time (recording costs several calls' worth of host time, not
+// worth paying for a signature that never comes back). Each graph keeps its intermediates' memory: at
+// most kMaxGraphs graphs per direction, then the cache starts over.
 #include <cstdint>
 
 // cuda-fast's parameters (fwd_split, bwd_split, streams): this rung replays cuda-fast's work.
@@ -26,6 +27,7 @@ constexpr int kStreams = {{streams}};
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -46,17 +48,25 @@ static Signature signature(std::initializer_list<Tensor> tensors) {
 struct Graphs {
   std::mutex lock;
   std::map<Signature, std::unique_ptr<at::cuda::CUDAGraph>> recorded;
-  int64_t replays = 0, records = 0;  // what graph_counts() reports
+  std::set<Signature> seen;  // signatures run once, without a graph
+  int64_t replays = 0, records = 0, direct = 0;  // what graph_counts() reports
 };
 
 // Runs `work` (a call's kernels, on the current stream) as the graph recorded for `sig`; with none, runs it
-// directly and records it.
+// directly, and records it when `sig` came before.
 template <typename Work>
 static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
   std::unique_lock<std::mutex> hold(graphs.lock);
   if (auto found = graphs.recorded.find(sig); found != graphs.recorded.end()) {
     found->second->replay();  // the host's whole cost of the call: this lookup and one cudaGraphLaunch
     ++graphs.replays;
+    return;
+  }
+  if (graphs.seen.size() >= 4 * kMaxGraphs) graphs.seen.clear();
+  if (graphs.seen.insert(sig).second) {  // the first time: as cuda-fast
+    ++graphs.direct;
+    hold.unlock();
+    work();
     return;
   }
   hold.unlock();
@@ -74,6 +84,7 @@ static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
     C10_CUDA_CHECK(cudaDeviceSynchronize());  // no graph is freed while a replay of it may still run
     graphs.recorded.clear();
   }
+  graphs.seen.erase(sig);
   graphs.recorded.emplace(std::move(sig), std::move(graph));
   ++graphs.records;
 }
@@ -106,13 +117,13 @@ static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell
 
 #include "lltm_op.h"  // the op `lltm`, its autograd (cuda-fast's), and the registrations of the two above
 
-// How often a call found its graph: [forward replays, forward records, backward replays, backward records].
-// A loop whose tensors keep their addresses replays; one whose addresses keep changing records every call.
+// How calls ran, per direction: [forward replays, records, direct runs, backward replays, records, direct
+// runs]. A loop whose tensors keep their addresses replays; one whose addresses keep changing runs directly.
 static std::vector<int64_t> graph_counts() {
   std::vector<int64_t> counts;
   for (Graphs* g : {&forward_graphs, &backward_graphs}) {
     const std::lock_guard<std::mutex> hold(g->lock);
-    counts.insert(counts.end(), {g->replays, g->records});
+    counts.insert(counts.end(), {g->replays, g->records, g->direct});
   }
   return counts;
 }
