@@ -63,7 +63,9 @@ def nvcc_phases(argv: list[str], cwd: Path) -> list[tuple[str, float]]:
     ptxas, fatbinary, the host compiler."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "phases.csv"
-        subprocess.run([*argv, "--time", str(report)], cwd=cwd, capture_output=True, check=True)
+        done = subprocess.run([*argv, "--time", str(report)], cwd=cwd, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"nvcc --time failed:\n{done.stderr[-2000:]}")
         rows = [[c.strip() for c in line.split(",")] for line in report.read_text().splitlines()[1:]]
     return [(r[1], float(r[6])) for r in rows if len(r) > 7 and r[7] == "ms"]
 

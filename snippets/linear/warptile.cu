@@ -33,14 +33,13 @@ constexpr int THREADS = (BM / WM) * WARPS_N * 32;
 constexpr int SUB_M = 8 * TM, SUB_N = 4 * TN;  // a warp's sub-tile: its 32 lanes as 8 rows x 4 columns
 constexpr int ITER_M = WM / SUB_M, ITER_N = WN / SUB_N;  // sub-tiles per warp tile
 constexpr int PAD = 4;  // shifts each k-row of a tile by 4 banks, as in cuda-tiled
-constexpr int LOADS_A = BM * BK / 4 / THREADS, LOADS_B = BN * BK / 4 / THREADS;  // 4-vectors per thread a step
+constexpr int VECS_A = BM * BK / 4, VECS_B = BN * BK / 4;  // 4-vectors in a step's tile of A, of B
+constexpr int LOADS_A = (VECS_A + THREADS - 1) / THREADS, LOADS_B = (VECS_B + THREADS - 1) / THREADS;  // per thread
 static_assert(BM % WM == 0 && BN % WN == 0, "a block tile is a whole number of warp tiles");
 static_assert(WM % SUB_M == 0 && WN % SUB_N == 0,
               "a warp tile is a whole number of sub-tiles (8 wt_thread_m x 4 wt_thread_n)");
 static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "threads move 4-vectors");
 static_assert(THREADS <= 1024, "at most 32 warps per block");
-static_assert(LOADS_A * THREADS * 4 == BM * BK && LOADS_B * THREADS * 4 == BN * BK,
-              "every thread moves as many 4-vectors of a tile (block * wt_block_k / 4 a multiple of the threads)");
 static_assert((BM + BN + 2 * PAD) * BK * sizeof(double) <= 48 * 1024,
               "the float64 tiles exceed the 48 KB of static shared memory a block may have");
 
@@ -69,22 +68,24 @@ matmul_nt_warptile(const T* __restrict__ A, int64_t lda,  // (M, K), row stride 
 #pragma unroll
     for (int l = 0; l < LOADS_A; ++l) {
       const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      load4(A, lda, m0 + r, k0 + k, M, K, vec_a, ra[l]);
+      if (VECS_A % THREADS == 0 || i < VECS_A) load4(A, lda, m0 + r, k0 + k, M, K, vec_a, ra[l]);
     }
 #pragma unroll
     for (int l = 0; l < LOADS_B; ++l) {
       const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, rb[l]);
+      if (VECS_B % THREADS == 0 || i < VECS_B) load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, rb[l]);
     }
 #pragma unroll
     for (int l = 0; l < LOADS_A; ++l) {
       const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      for (int j = 0; j < 4; ++j) As[k + j][r] = ra[l][j];
+      if (VECS_A % THREADS == 0 || i < VECS_A)
+        for (int j = 0; j < 4; ++j) As[k + j][r] = ra[l][j];
     }
 #pragma unroll
     for (int l = 0; l < LOADS_B; ++l) {
       const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      for (int j = 0; j < 4; ++j) Bs[k + j][r] = rb[l][j];
+      if (VECS_B % THREADS == 0 || i < VECS_B)
+        for (int j = 0; j < 4; ++j) Bs[k + j][r] = rb[l][j];
     }
     __syncthreads();  // the tiles are complete
 

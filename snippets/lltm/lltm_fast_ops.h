@@ -39,17 +39,24 @@ inline Forward forward_outputs(const Tensor& input, const Tensor& old_h) {
 }
 
 // The forward into `out`: X (one copy kernel), the matmul in kForwardParts partial products (split-K), and the
-// kernel that adds the parts and the bias and applies the gates.
-inline void lltm_forward_into(const Forward& out, const Tensor& input, const Tensor& weights, const Tensor& bias,
+// kernel that adds the parts and the bias and applies the gates. Outputs left undefined are allocated where
+// they are first needed: the host's path to the matmul is kept short, because the GPU waits for it.
+inline void lltm_forward_into(Forward& out, const Tensor& input, const Tensor& weights, const Tensor& bias,
                               const Tensor& old_h, const Tensor& old_cell) {
-  const auto& [new_h, new_cell, gates, X] = out;
+  auto& [new_h, new_cell, gates, X] = out;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t batch = old_h.size(0), state = old_h.size(1), features = input.size(1);
+  if (!X.defined()) X = at::empty({batch, state + features}, old_h.options());
   LLTM_DISPATCH(X.scalar_type(), "lltm_cat", lltm_cat_launch<T>(old_h.data_ptr<T>(), old_h.stride(0), old_h.stride(1),
                                                                 input.data_ptr<T>(), input.stride(0), input.stride(1),
                                                                 X.data_ptr<T>(), batch, state, features, stream));
   // X @ weights^T without the bias, in parts: the kernel adds the parts and the bias (no bias copy first).
   const Tensor products = partial_products(mat(X), mat(weights).transposed(), kForwardParts);
+  if (!gates.defined()) {
+    gates = at::empty({batch, 3 * state}, X.options());
+    new_h = at::empty({batch, state}, X.options());
+    new_cell = at::empty({batch, state}, X.options());
+  }
   const Tensor b = bias.contiguous();
   LLTM_DISPATCH(gates.scalar_type(), "lltm_forward",
                 lltm_forward_launch<T>(products.data_ptr<T>(), products.size(0), b.data_ptr<T>(),
@@ -69,8 +76,8 @@ inline void wait_for(cudaStream_t waiter, cudaStream_t from) {
 
 // The backward's outputs, allocated for a call: d_input, d_weights, d_bias, d_X (d_old_h is its first
 // `state` columns, a view) and d_old_cell.
-inline std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> backward_outputs(const Tensor& new_cell, const Tensor& X,
-                                                                           const Tensor& weights) {
+using BackwardOut = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
+inline BackwardOut backward_outputs(const Tensor& new_cell, const Tensor& X, const Tensor& weights) {
   const int64_t batch = new_cell.size(0), state = new_cell.size(1);
   return {at::empty({batch, X.size(1) - state}, X.options()), at::empty({3 * state, X.size(1)}, weights.options()),
           at::empty({3 * state}, X.options()), at::empty({batch, X.size(1)}, X.options()),
@@ -86,27 +93,34 @@ inline void check_backward_inputs(const Tensor& grad_h, const Tensor& grad_cell,
               "lltm (CUDA): grad_h and grad_cell must be shaped like new_cell");
 }
 
-// The backward into `out` (backward_outputs): one kernel makes d_gates, d_old_cell and the bias gradient
-// (d_gates summed over the batch); then the two matmuls, d_weights = d_gates^T @ X and d_X = d_gates @ weights
-// (in kBackwardParts parts, then summed), on kStreams streams; then d_input, copied out of d_X.
-inline void lltm_backward_into(const std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>& out, const Tensor& grad_h,
-                               const Tensor& grad_cell, const Tensor& new_cell, const Tensor& gates, const Tensor& X,
-                               const Tensor& weights) {
-  const auto& [d_input, d_weights, d_bias, d_X, d_old_cell] = out;
+// The backward into `out` (backward_outputs; those left undefined are allocated where first needed): one
+// kernel makes d_gates, d_old_cell and the bias gradient (d_gates summed over the batch); then the two
+// matmuls, d_weights = d_gates^T @ X and d_X = d_gates @ weights (in kBackwardParts parts, then summed), on
+// kStreams streams; then d_input, copied out of d_X.
+inline void lltm_backward_into(BackwardOut& out, const Tensor& grad_h, const Tensor& grad_cell,
+                               const Tensor& new_cell, const Tensor& gates, const Tensor& X, const Tensor& weights) {
+  auto& [d_input, d_weights, d_bias, d_X, d_old_cell] = out;
   const int64_t batch = new_cell.size(0), state = new_cell.size(1);
   const Tensor d_gates = at::empty_like(gates);
+  if (!d_old_cell.defined()) {
+    d_old_cell = at::empty_like(new_cell);
+    d_bias = at::empty({3 * state}, gates.options());
+  }
   const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
   LLTM_DISPATCH(gates.scalar_type(), "lltm_backward",
                 lltm_backward_launch<T>(d_gates.data_ptr<T>(), d_old_cell.data_ptr<T>(), d_bias.data_ptr<T>(),
                                         grad_h.data_ptr<T>(), grad_h.stride(0), grad_h.stride(1),
                                         grad_cell.data_ptr<T>(), grad_cell.stride(0), grad_cell.stride(1),
                                         new_cell.data_ptr<T>(), gates.data_ptr<T>(), batch, state, stream));
+  if (!d_X.defined()) {
+    d_weights = at::empty({3 * state, X.size(1)}, weights.options());
+    d_X = at::empty({batch, X.size(1)}, X.options());
+  }
   auto compute_d_X = [&] {
     if (kBackwardParts == 1) {
       matmul_out(d_X, mat(d_gates), mat(weights), 1);
     } else {
-      Tensor sum = d_X;  // sum_out takes its output by a mutable reference
-      at::sum_out(sum, partial_products(mat(d_gates), mat(weights), kBackwardParts), /*dim=*/0);
+      at::sum_out(d_X, partial_products(mat(d_gates), mat(weights), kBackwardParts), /*dim=*/0);
     }
   };
   // kStreams == 2: d_X on a pool stream. Its tensors were allocated on the current stream, so the caching
@@ -120,5 +134,9 @@ inline void lltm_backward_into(const std::tuple<Tensor, Tensor, Tensor, Tensor, 
   matmul_out(d_weights, mat(d_gates).transposed(), mat(X), 1);
   if (kStreams == 2) wait_for(stream, side);
   // d_old_h and d_input are d_X's two column blocks; an op's outputs must not share memory, so one is copied.
-  d_input.copy_(d_X.narrow(1, state, X.size(1) - state));
+  if (!d_input.defined()) {
+    d_input = d_X.narrow(1, state, X.size(1) - state).clone();
+  } else {
+    d_input.copy_(d_X.narrow(1, state, X.size(1) - state));
+  }
 }

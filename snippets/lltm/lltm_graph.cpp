@@ -11,7 +11,7 @@
 // in the graph's own memory pool. A call not seen before runs as cuda-fast's does; seen a second time,
 // it also records its graph for the next time (recording costs several calls' worth of host time, not
 // worth paying for a signature that never comes back). Each graph keeps its intermediates' memory: at
-// most kMaxGraphs graphs per direction, then the cache starts over.
+// most kMaxGraphs graphs per direction; then the one used longest ago makes room.
 #include <cstdint>
 
 // cuda-fast's parameters (fwd_split, bwd_split, streams): this rung replays cuda-fast's work.
@@ -31,62 +31,112 @@ constexpr int kStreams = {{streams}};
 #include <utility>
 #include <vector>
 
-constexpr size_t kMaxGraphs = 16;  // per direction: a timing loop's rotating inputs need one each
+constexpr size_t kMaxGraphs = 16;  // per direction and device: a timing loop's rotating inputs need one each
 
 using Signature = std::vector<int64_t>;
 
 // What a graph's replay depends on: each tensor's dtype, device, address, sizes and strides.
-static Signature signature(std::initializer_list<Tensor> tensors) {
+static Signature signature(std::initializer_list<const Tensor*> tensors) {
   Signature s;
-  for (const Tensor& t : tensors) {
-    s.insert(s.end(), {int64_t(t.scalar_type()), t.get_device(), reinterpret_cast<int64_t>(t.data_ptr()), t.dim()});
-    for (int64_t d = 0; d < t.dim(); ++d) s.insert(s.end(), {t.size(d), t.stride(d)});
+  for (const Tensor* t : tensors) {
+    s.insert(s.end(), {int64_t(t->scalar_type()), t->get_device(), reinterpret_cast<int64_t>(t->data_ptr()), t->dim()});
+    for (int64_t d = 0; d < t->dim(); ++d) s.insert(s.end(), {t->size(d), t->stride(d)});
   }
   return s;
 }
 
+struct Recorded {
+  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  int64_t last_used;
+};
+
 struct Graphs {
   std::mutex lock;
-  std::map<Signature, std::unique_ptr<at::cuda::CUDAGraph>> recorded;
-  std::set<Signature> seen;  // signatures run once, without a graph
-  int64_t replays = 0, records = 0, direct = 0;  // what graph_counts() reports
+  std::map<Signature, Recorded> recorded;
+  std::set<Signature> seen;   // signatures run once, without a graph
+  std::set<Signature> never;  // signatures whose recording failed: always run directly
+  int64_t calls = 0, replays = 0, records = 0, direct = 0;  // what graph_counts() reports
 };
+
+// A stream of our own per device to record on: capture is never on the default stream, and no other
+// work lands on a stream while it records.
+static c10::cuda::CUDAStream capture_stream() {
+  static std::mutex lock;
+  static std::map<c10::DeviceIndex, cudaStream_t> streams;
+  const c10::DeviceIndex device = c10::cuda::current_device();
+  const std::lock_guard<std::mutex> hold(lock);
+  if (!streams.count(device)) {
+    cudaStream_t made;
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+    streams[device] = made;
+  }
+  return c10::cuda::getStreamFromExternal(streams[device], device);
+}
+
+// `work` recorded into a new graph (captured, not run: its kernels and their pointers become the graph's
+// nodes, its allocations come from the graph's own memory pool); nullptr when it cannot be recorded.
+template <typename Work>
+static std::unique_ptr<at::cuda::CUDAGraph> record(const Work& work) {
+  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  const c10::cuda::CUDAStreamGuard on(capture_stream());
+  graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+  try {
+    work();
+  } catch (const std::exception&) {
+    try {
+      graph->capture_end();  // ends the capture, whatever it holds
+    } catch (const std::exception&) {
+    }
+    return nullptr;
+  }
+  try {
+    graph->capture_end();
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+  return graph;
+}
 
 // Runs `work` (a call's kernels, on the current stream) as the graph recorded for `sig`; with none, runs it
 // directly, and records it when `sig` came before.
 template <typename Work>
 static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
+  if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+    return work();  // inside someone else's graph capture (torch.cuda.graph): recorded as part of theirs
+  }
   std::unique_lock<std::mutex> hold(graphs.lock);
+  ++graphs.calls;
   if (auto found = graphs.recorded.find(sig); found != graphs.recorded.end()) {
-    found->second->replay();  // the host's whole cost of the call: this lookup and one cudaGraphLaunch
+    found->second.graph->replay();  // the host's whole cost of the call: this lookup and one cudaGraphLaunch
+    found->second.last_used = graphs.calls;
     ++graphs.replays;
     return;
   }
-  if (graphs.seen.size() >= 4 * kMaxGraphs) graphs.seen.clear();
-  if (graphs.seen.insert(sig).second) {  // the first time: as cuda-fast
-    ++graphs.direct;
-    hold.unlock();
-    work();
-    return;
+  for (auto* set : {&graphs.seen, &graphs.never}) {
+    if (set->size() >= 4 * kMaxGraphs) set->clear();
   }
+  const bool again = !graphs.seen.insert(sig).second && !graphs.never.count(sig);
+  ++(again ? graphs.records : graphs.direct);
   hold.unlock();
   work();  // this call's results, as cuda-fast computes them
-  auto graph = std::make_unique<at::cuda::CUDAGraph>();
-  {
-    // Captured, not run: the kernels and their pointers become the graph's nodes (never on the default stream).
-    const c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
-    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);  // a memory pool of its own
-    work();
-    graph->capture_end();
-  }
+  if (!again) return;
+  auto graph = record(work);
   hold.lock();
-  if (graphs.recorded.size() >= kMaxGraphs) {
-    C10_CUDA_CHECK(cudaDeviceSynchronize());  // no graph is freed while a replay of it may still run
-    graphs.recorded.clear();
-  }
   graphs.seen.erase(sig);
-  graphs.recorded.emplace(std::move(sig), std::move(graph));
-  ++graphs.records;
+  if (!graph) {
+    graphs.never.insert(std::move(sig));
+    return;
+  }
+  if (graphs.recorded.size() >= kMaxGraphs) {  // the graph used longest ago makes room
+    auto oldest = graphs.recorded.begin();
+    for (auto it = graphs.recorded.begin(); it != graphs.recorded.end(); ++it) {
+      if (it->second.last_used < oldest->second.last_used) oldest = it;
+    }
+    const c10::cuda::CUDAGuard its(c10::DeviceIndex(oldest->first[1]));  // the device of its first tensor
+    C10_CUDA_CHECK(cudaDeviceSynchronize());  // none of its replays still runs when its memory is released
+    graphs.recorded.erase(oldest);
+  }
+  graphs.recorded.emplace(std::move(sig), Recorded{std::move(graph), graphs.calls});
 }
 
 static Graphs forward_graphs, backward_graphs;
@@ -95,9 +145,10 @@ static Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, con
                                  const Tensor& old_cell) {
   check_inputs(input, weights, bias, old_h, old_cell);
   const c10::cuda::CUDAGuard device(input.device());
-  const Forward out = forward_outputs(input, old_h);
+  Forward out = forward_outputs(input, old_h);  // first: their addresses are part of the signature
   const auto& [new_h, new_cell, gates, X] = out;
-  replay_or_record(forward_graphs, signature({input, weights, bias, old_h, old_cell, new_h, new_cell, gates, X}),
+  replay_or_record(forward_graphs,
+                   signature({&input, &weights, &bias, &old_h, &old_cell, &new_h, &new_cell, &gates, &X}),
                    [&] { lltm_forward_into(out, input, weights, bias, old_h, old_cell); });
   return out;
 }
@@ -106,11 +157,11 @@ static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell
                                    const Tensor& gates, const Tensor& X, const Tensor& weights) {
   check_backward_inputs(grad_h, grad_cell, new_cell, gates);
   const c10::cuda::CUDAGuard device(gates.device());
-  const auto out = backward_outputs(new_cell, X, weights);
+  BackwardOut out = backward_outputs(new_cell, X, weights);
   const auto& [d_input, d_weights, d_bias, d_X, d_old_cell] = out;
   replay_or_record(backward_graphs,
-                   signature({grad_h, grad_cell, new_cell, gates, X, weights, d_input, d_weights, d_bias, d_X,
-                              d_old_cell}),
+                   signature({&grad_h, &grad_cell, &new_cell, &gates, &X, &weights, &d_input, &d_weights, &d_bias,
+                              &d_X, &d_old_cell}),
                    [&] { lltm_backward_into(out, grad_h, grad_cell, new_cell, gates, X, weights); });
   return {d_input, d_weights, d_bias, d_X.narrow(1, 0, new_cell.size(1)), d_old_cell};
 }
