@@ -31,7 +31,7 @@ constexpr int kStreams = {{streams}};
 #include <utility>
 #include <vector>
 
-constexpr size_t kMaxGraphs = 16;  // per direction and device: a timing loop's rotating inputs need one each
+constexpr size_t kMaxGraphs = 16;  // per direction: a timing loop's rotating inputs need one each
 
 using Signature = std::vector<int64_t>;
 
@@ -79,8 +79,8 @@ template <typename Work>
 static std::unique_ptr<at::cuda::CUDAGraph> record(const Work& work) {
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   const c10::cuda::CUDAStreamGuard on(capture_stream());
-  graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
   try {
+    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     work();
   } catch (const std::exception&) {
     try {
