@@ -17,7 +17,7 @@
 namespace KPLAY_NS {
 
 #include "launch.cuh"   // tile_grid, launch_error
-#include "tile_io.cuh"  // load4, copy4, store4, rows_aligned
+#include "tile_io.cuh"  // fetch_tile, stash_tile, copy4, store_warp_tiles, rows_aligned
 
 constexpr int BM = {{wt_block_m}};   // rows of C per block
 constexpr int BN = {{wt_block_n}};   // columns of C per block
@@ -65,28 +65,12 @@ matmul_nt_double_buffer(const T* __restrict__ A, int64_t lda,  // (M, K), row st
   // This thread's share of a step's tiles: LOADS_A 4-vectors of A and LOADS_B of B, in registers.
   T ra[LOADS_A][4], rb[LOADS_B][4];
   auto fetch = [&](int k0) {  // global -> registers: the loads start, nothing waits for them yet
-#pragma unroll
-    for (int l = 0; l < LOADS_A; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      load4(A, lda, m0 + r, k0 + k, M, K, vec_a, ra[l]);
-    }
-#pragma unroll
-    for (int l = 0; l < LOADS_B; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, rb[l]);
-    }
+    fetch_tile<BM, BK, THREADS>(A, lda, m0, k0, M, K, vec_a, ra);
+    fetch_tile<BN, BK, THREADS>(B, ldb, n0, k0, N, K, vec_b, rb);
   };
   auto stash = [&](int copy) {  // registers -> shared memory, k-major
-#pragma unroll
-    for (int l = 0; l < LOADS_A; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      for (int j = 0; j < 4; ++j) As[copy][k + j][r] = ra[l][j];
-    }
-#pragma unroll
-    for (int l = 0; l < LOADS_B; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      for (int j = 0; j < 4; ++j) Bs[copy][k + j][r] = rb[l][j];
-    }
+    stash_tile<BM, BK, THREADS>(ra, As[copy]);
+    stash_tile<BN, BK, THREADS>(rb, Bs[copy]);
   };
 
   T acc[ITER_M * TM][ITER_N * TN] = {};

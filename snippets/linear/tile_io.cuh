@@ -1,6 +1,6 @@
 // What the 16-byte rungs share (cuda-tiled and the two after it): 4-vector loads and stores that fall back to
-// scalars at a matrix's edge or on a misaligned row, and the warp-tiled rungs' last step, the store of a
-// thread's outputs. Included inside the rung's namespace.
+// scalars at a matrix's edge or on a misaligned row; the warp-tiled rungs' tile copies, through registers;
+// and their last step, the store of a thread's outputs. Included inside the rung's namespace.
 #pragma once
 
 // Four consecutive k of row r of P (R x K, row stride ld), zero outside the matrix so that a ragged
@@ -16,6 +16,33 @@ __device__ __forceinline__ void load4(const T* __restrict__ P, int64_t ld, int r
     }
   }
   for (int j = 0; j < 4; ++j) v[j] = (r < R && k + j < K) ? P[r * ld + k + j] : T(0);
+}
+
+// This thread's share of a step's tile, global -> registers: the BK columns from k0 of rows row0 .. row0 +
+// ROWS - 1 of P, as 4-vectors i = threadIdx.x, + THREADS, ... (row i / (BK / 4), column 4 (i % (BK / 4))).
+// Every load starts before anything waits for one; where the vectors do not divide evenly among the
+// threads, the last ones skip.
+template <int ROWS, int BK, int THREADS, typename T, int LOADS>
+__device__ __forceinline__ void fetch_tile(const T* __restrict__ P, int64_t ld, int row0, int k0, int R, int K,
+                                           bool vec, T (&regs)[LOADS][4]) {
+  constexpr int VECS = ROWS * BK / 4;
+#pragma unroll
+  for (int l = 0; l < LOADS; ++l) {
+    const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+    if (VECS % THREADS == 0 || i < VECS) load4(P, ld, row0 + r, k0 + k, R, K, vec, regs[l]);
+  }
+}
+
+// fetch_tile's registers -> the tile in shared memory, k-major: tile[k][row].
+template <int ROWS, int BK, int THREADS, typename T, int LOADS, int WIDTH>
+__device__ __forceinline__ void stash_tile(const T (&regs)[LOADS][4], T (*tile)[WIDTH]) {
+  constexpr int VECS = ROWS * BK / 4;
+#pragma unroll
+  for (int l = 0; l < LOADS; ++l) {
+    const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+    if (VECS % THREADS == 0 || i < VECS)
+      for (int j = 0; j < 4; ++j) tile[k + j][r] = regs[l][j];
+  }
 }
 
 // Four consecutive values from shared memory: one 16-byte load for float.

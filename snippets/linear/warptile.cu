@@ -19,7 +19,7 @@
 namespace KPLAY_NS {
 
 #include "launch.cuh"   // tile_grid, launch_error
-#include "tile_io.cuh"  // load4, copy4, store4, rows_aligned
+#include "tile_io.cuh"  // fetch_tile, stash_tile, copy4, store_warp_tiles, rows_aligned
 
 constexpr int BM = {{wt_block_m}};   // rows of C per block
 constexpr int BN = {{wt_block_n}};   // columns of C per block
@@ -33,8 +33,8 @@ constexpr int THREADS = (BM / WM) * WARPS_N * 32;
 constexpr int SUB_M = 8 * TM, SUB_N = 4 * TN;  // a warp's sub-tile: its 32 lanes as 8 rows x 4 columns
 constexpr int ITER_M = WM / SUB_M, ITER_N = WN / SUB_N;  // sub-tiles per warp tile
 constexpr int PAD = 4;  // shifts each k-row of a tile by 4 banks, as in cuda-tiled
-constexpr int VECS_A = BM * BK / 4, VECS_B = BN * BK / 4;  // 4-vectors in a step's tile of A, of B
-constexpr int LOADS_A = (VECS_A + THREADS - 1) / THREADS, LOADS_B = (VECS_B + THREADS - 1) / THREADS;  // per thread
+constexpr int LOADS_A = (BM * BK / 4 + THREADS - 1) / THREADS;  // 4-vectors of a step's tile of A per thread
+constexpr int LOADS_B = (BN * BK / 4 + THREADS - 1) / THREADS;  // and of B
 static_assert(BM % WM == 0 && BN % WN == 0, "a block tile is a whole number of warp tiles");
 static_assert(WM % SUB_M == 0 && WN % SUB_N == 0,
               "a warp tile is a whole number of sub-tiles (8 wt_thread_m x 4 wt_thread_n)");
@@ -62,31 +62,13 @@ matmul_nt_warptile(const T* __restrict__ A, int64_t lda,  // (M, K), row stride 
   T acc[ITER_M * TM][ITER_N * TN] = {};  // this thread's ITER_M x ITER_N blocks of TM x TN outputs
 
   for (int k0 = 0; k0 < K; k0 += BK) {
-    // This thread's share of the step's tiles (4 consecutive k of one row each): every load started before
-    // the first store, so that their latencies overlap instead of adding up.
+    // This thread's share of the step's tiles (tile_io.cuh): every load started before the first store,
+    // so that their latencies overlap instead of adding up.
     T ra[LOADS_A][4], rb[LOADS_B][4];
-#pragma unroll
-    for (int l = 0; l < LOADS_A; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      if (VECS_A % THREADS == 0 || i < VECS_A) load4(A, lda, m0 + r, k0 + k, M, K, vec_a, ra[l]);
-    }
-#pragma unroll
-    for (int l = 0; l < LOADS_B; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      if (VECS_B % THREADS == 0 || i < VECS_B) load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, rb[l]);
-    }
-#pragma unroll
-    for (int l = 0; l < LOADS_A; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      if (VECS_A % THREADS == 0 || i < VECS_A)
-        for (int j = 0; j < 4; ++j) As[k + j][r] = ra[l][j];
-    }
-#pragma unroll
-    for (int l = 0; l < LOADS_B; ++l) {
-      const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-      if (VECS_B % THREADS == 0 || i < VECS_B)
-        for (int j = 0; j < 4; ++j) Bs[k + j][r] = rb[l][j];
-    }
+    fetch_tile<BM, BK, THREADS>(A, lda, m0, k0, M, K, vec_a, ra);
+    fetch_tile<BN, BK, THREADS>(B, ldb, n0, k0, N, K, vec_b, rb);
+    stash_tile<BM, BK, THREADS>(ra, As);
+    stash_tile<BN, BK, THREADS>(rb, Bs);
     __syncthreads();  // the tiles are complete
 
     // kplay:todo Per k: a = As[k][wm + si * SUB_M + tr * TM + i], b = Bs[k][wn + sj * SUB_N + tc * TN + j] (copy4).
