@@ -11,7 +11,9 @@
 // in the graph's own memory pool. A call not seen before runs as cuda-fast's does; seen a second time,
 // it also records its graph for the next time (recording costs several calls' worth of host time, not
 // worth paying for a signature that never comes back). Each graph keeps its intermediates' memory: at
-// most kMaxGraphs graphs per direction; then the one used longest ago makes room.
+// most kMaxGraphs graphs per direction; then the one used longest ago makes room. A call whose matmuls went
+// to ATen (float64) is never kept as a graph: ATen's cuBLAS keeps a workspace per stream, which the graph
+// would bake in and outlive.
 #include <cstdint>
 
 // cuda-fast's parameters (fwd_split, bwd_split, streams): this rung replays cuda-fast's work.
@@ -74,11 +76,15 @@ static c10::cuda::CUDAStream capture_stream() {
 }
 
 // `work` recorded into a new graph (captured, not run: its kernels and their pointers become the graph's
-// nodes, its allocations come from the graph's own memory pool); nullptr when it cannot be recorded.
+// nodes, its allocations come from the graph's own memory pool); nullptr when it cannot be recorded, or when
+// it used ATen's cuBLAS, whose per-stream workspace would outlive the graph that baked it in.
 template <typename Work>
 static std::unique_ptr<at::cuda::CUDAGraph> record(const Work& work) {
+  static std::mutex one_at_a_time;  // one capture stream per device, shared by every thread
+  const std::lock_guard<std::mutex> hold(one_at_a_time);
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
   const c10::cuda::CUDAStreamGuard on(capture_stream());
+  const int64_t aten_before = lt_aten_matmuls;
   try {
     graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     work();
@@ -94,7 +100,7 @@ static std::unique_ptr<at::cuda::CUDAGraph> record(const Work& work) {
   } catch (const std::exception&) {
     return nullptr;
   }
-  return graph;
+  return lt_aten_matmuls == aten_before ? std::move(graph) : nullptr;
 }
 
 // Runs `work` (a call's kernels, on the current stream) as the graph recorded for `sig`; with none, runs it
@@ -116,27 +122,28 @@ static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
     if (set->size() >= 4 * kMaxGraphs) set->clear();
   }
   const bool again = !graphs.seen.insert(sig).second && !graphs.never.count(sig);
-  ++(again ? graphs.records : graphs.direct);
   hold.unlock();
   work();  // this call's results, as cuda-fast computes them
-  if (!again) return;
-  auto graph = record(work);
+  auto graph = again ? record(work) : nullptr;
   hold.lock();
-  graphs.seen.erase(sig);
   if (!graph) {
-    graphs.never.insert(std::move(sig));
+    ++graphs.direct;
+    if (again) graphs.never.insert(std::move(sig));
     return;
   }
+  graphs.seen.erase(sig);
+  if (graphs.recorded.count(sig)) return;  // another thread recorded it meanwhile
   if (graphs.recorded.size() >= kMaxGraphs) {  // the graph used longest ago makes room
     auto oldest = graphs.recorded.begin();
     for (auto it = graphs.recorded.begin(); it != graphs.recorded.end(); ++it) {
       if (it->second.last_used < oldest->second.last_used) oldest = it;
     }
-    const c10::cuda::CUDAGuard its(c10::DeviceIndex(oldest->first[1]));  // the device of its first tensor
-    C10_CUDA_CHECK(cudaDeviceSynchronize());  // none of its replays still runs when its memory is released
+    // Freed at once even if a replay of it still runs: CUDA destroys a launched graph when it is done, and
+    // its memory pool goes back to the device only through cudaFree, which waits for the device.
     graphs.recorded.erase(oldest);
   }
   graphs.recorded.emplace(std::move(sig), Recorded{std::move(graph), graphs.calls});
+  ++graphs.records;
 }
 
 static Graphs forward_graphs, backward_graphs;

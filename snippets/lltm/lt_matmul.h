@@ -130,8 +130,13 @@ inline const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, 
 
 // out = a @ b for `batch` pairs of matrices: out (batch, m, n) or, for one pair, (m, n); contiguous, of
 // a's dtype and device.
+// Matmuls this thread handed to ATen (float64, or no cuBLASLt algorithm): ATen's cuBLAS keeps a workspace per
+// stream that a CUDA graph must not bake in (cuda-graph records none of these).
+inline thread_local int64_t lt_aten_matmuls = 0;
+
 inline void matmul_out(const at::Tensor& out, const Mat& a, const Mat& b, int64_t batch) {
   auto aten = [&] {
+    ++lt_aten_matmuls;
     at::Tensor result = out.view({batch, a.rows, b.cols});
     at::bmm_out(result, a.view(batch), b.view(batch));
   };
