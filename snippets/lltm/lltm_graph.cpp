@@ -133,17 +133,27 @@ static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
   }
   graphs.seen.erase(sig);
   if (graphs.recorded.count(sig)) return;  // another thread recorded it meanwhile
+  std::unique_ptr<at::cuda::CUDAGraph> evicted;
+  c10::DeviceIndex its_device = 0;
   if (graphs.recorded.size() >= kMaxGraphs) {  // the graph used longest ago makes room
     auto oldest = graphs.recorded.begin();
     for (auto it = graphs.recorded.begin(); it != graphs.recorded.end(); ++it) {
       if (it->second.last_used < oldest->second.last_used) oldest = it;
     }
-    // Freed at once even if a replay of it still runs: CUDA destroys a launched graph when it is done, and
-    // its memory pool goes back to the device only through cudaFree, which waits for the device.
+    its_device = c10::DeviceIndex(oldest->first[1]);  // its first tensor's device
+    evicted = std::move(oldest->second.graph);
     graphs.recorded.erase(oldest);
   }
   graphs.recorded.emplace(std::move(sig), Recorded{std::move(graph), graphs.calls});
   ++graphs.records;
+  hold.unlock();
+  if (evicted) {  // freed once no replay of it can still run; kept if the device cannot say so now
+    const c10::cuda::CUDAGuard on(its_device);
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      (void)cudaGetLastError();
+      evicted.release();
+    }
+  }
 }
 
 static Graphs forward_graphs, backward_graphs;
