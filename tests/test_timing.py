@@ -30,6 +30,20 @@ def test_two_medians_within_the_larger_noise_are_the_same():
     assert not same(stats(1.0, 0.0), stats(1.0000001, 0.0))
 
 
+def test_forward_plus_backward_adds_medians_and_keeps_both_steps_sm_clocks():
+    """A call's time (forward + backward) sums the steps' medians and keeps the SM clock over all their
+    samples: the report's 'SM clock' line and the pool's table read it."""
+    from playground.results import total
+
+    fw = Stats(1e-4, 9e-5, 1.1e-4, 40, "m", noise=0.02, clock_mhz=(1900, 1980, 1980))
+    bw = Stats(3e-4, 2.8e-4, 3.2e-4, 30, "m", noise=0.04, clock_mhz=(1755, 1965, 1980))
+    both = total({"forward": fw, "backward": bw})
+    assert both.median_s == pytest.approx(4e-4) and both.samples == 30
+    assert both.clock_mhz == (1755, 1980, 1980)
+    assert total({"forward": fw, "backward": Stats(3e-4, 2.8e-4, 3.2e-4, 30, "m")}).clock_mhz == (1900, 1980, 1980)
+    assert total({"forward": Stats(1e-4, 1e-4, 1e-4, 3, "m"), "backward": Stats(1e-4, 1e-4, 1e-4, 3, "m")}).clock_mhz is None
+
+
 def test_a_quiet_contender_stops_sampling_early():
     """Noise under the target ends sampling long before the budget (the edit loop gets faster)."""
     quiet = bench({"a": lambda: None}, "cpu", budget_s=60.0, noise_target=10.0)
