@@ -310,12 +310,13 @@ def test_cuda_fast_float32_matmuls_go_through_cublaslt():
 
 
 @pytest.mark.cuda
-def test_cuda_graph_replays_new_values_into_new_outputs():
-    """cuda-graph: a call at the addresses of an earlier one replays its graph (cudaGraphLaunch, no kernel
-    launched one by one); values changed in place since are read anew; an output still held is never written."""
+def test_cuda_graph_replays_new_values_and_never_overwrites_a_held_output():
+    """cuda-graph: a call with the inputs of an earlier one replays its graph (cudaGraphLaunch, no kernel
+    launched one by one) into the graph's own outputs, and reads values changed in place since; while a
+    caller still holds those outputs, the call runs directly into new ones and the held ones stay right."""
     from torch.profiler import ProfilerActivity, profile
 
-    dtype = torch.float32
+    dtype, lib = torch.float32, ops("cuda-graph")
     fn = lltm("cuda-graph")
     x = list(inputs((16, 32, 128), dtype, "cuda")[:5])
 
@@ -324,26 +325,30 @@ def test_cuda_graph_replays_new_values_into_new_outputs():
         for o, r, tol in zip(out, want, tols[:2]):
             assert (o.double() - r).abs().max().item() <= tol
 
+    def reference():
+        return SPEC.lltm_reference(*(t.double() for t in x))
+
     with torch.no_grad():
-        for _ in range(3):  # run directly, recorded, replayed: the allocator hands back the same addresses
+        for _ in range(3):  # run directly, recorded, replayed
             out = fn(*x)
             del out
-        first = fn(*x)  # those addresses again: a replay
-        want_first = SPEC.lltm_reference(*(t.double() for t in x))
+        first, want_first = fn(*x), reference()  # a replay: the graph's outputs, handed out
         x[0].mul_(-1)  # new values at the same address
-        for _ in range(3):  # `first` is held: other output addresses, run directly, recorded, replayed
-            out = fn(*x)
-            del out
-        x[3].mul_(0.5)  # changed since that graph was recorded
-        replays, records, direct = ops("cuda-graph").graph_counts()[:3]
+        before = lib.graph_counts()[:3]
+        second = fn(*x)  # `first` is held: run directly, into new outputs
+        assert lib.graph_counts()[:3] == [before[0], before[1], before[2] + 1]
+        assert_cell(second, reference())
+        assert_cell(first, want_first)
+        del first, second
+        x[3].mul_(0.5)  # changed since the graph was recorded
+        before = lib.graph_counts()[:3]
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            third = fn(*x)  # a replay, which must read x[3]'s new values
+            third = fn(*x)  # free again: a replay, which must read x[0] and x[3]'s new values
             torch.cuda.synchronize()
-    assert ops("cuda-graph").graph_counts()[:3] == [replays + 1, records, direct]
+    assert lib.graph_counts()[:3] == [before[0] + 1, before[1], before[2]]
     names = {e.name for e in prof.events()}
     assert "cudaGraphLaunch" in names and not any("LaunchKernel" in n for n in names), sorted(names)
-    assert_cell(third, SPEC.lltm_reference(*(t.double() for t in x)))
-    assert_cell(first, want_first)
+    assert_cell(third, reference())
 
 
 @pytest.mark.cuda

@@ -4,16 +4,17 @@
 // a call's kernels once and launches them all again with one call (cudaGraphLaunch), back to back on the
 // GPU, with the host out of the way.
 //
-// A graph replays exactly what it recorded, pointers included. So a graph is kept per call signature:
-// every tensor's address, sizes and strides, in and out. The outputs are allocated for each call, as any
-// op's are (a training loop gets the same addresses back from the caching allocator call after call, so
-// it hits its graphs); the intermediates (split-K's partial products, d_gates, cuBLASLt's workspace) live
-// in the graph's own memory pool. A call not seen before runs as cuda-fast's does; seen a second time,
-// it also records its graph for the next time (recording costs several calls' worth of host time, not
-// worth paying for a signature that never comes back). Each graph keeps its intermediates' memory: at
-// most kMaxGraphs graphs per direction; then the one used longest ago makes room. A call whose matmuls went
-// to ATen (float64) is never kept as a graph: ATen's cuBLAS keeps a workspace per stream, which the graph
-// would bake in and outlive.
+// A graph replays exactly what it recorded, pointers included. So a graph is kept per call signature: the
+// inputs' addresses, sizes and strides (the incoming gradients' sizes and strides only: autograd makes them
+// anew each step, so they are copied into the graph's own buffers first). The graph writes its outputs into
+// tensors of its own memory pool, and the call hands out those very tensors: a training loop drops them
+// before its next step, and the next call replays into them. While anyone still holds one (an earlier
+// step's outputs saved for a backward, say), the graph must not overwrite it, and the call runs directly,
+// as cuda-fast does, into new outputs. A call not seen before also runs directly; seen a second time, it
+// also records its graph (recording costs several calls' worth of host time: not worth paying for a
+// signature that never comes back). Each graph keeps its memory: at most kMaxGraphs graphs per direction;
+// then the one used longest ago makes room. A call whose matmuls went to ATen (float64) is never kept as a
+// graph: ATen's cuBLAS keeps a workspace per stream, which the graph would bake in and outlive.
 #include <cstdint>
 
 // cuda-fast's parameters (fwd_split, bwd_split, streams): this rung replays cuda-fast's work.
@@ -36,21 +37,30 @@ constexpr int kStreams = {{streams}};
 constexpr size_t kMaxGraphs = 16;  // per direction: a timing loop's rotating inputs need one each
 
 using Signature = std::vector<int64_t>;
+using Tensors = std::vector<Tensor>;
 
-// What a graph's replay depends on: each tensor's dtype, device, address, sizes and strides.
-static Signature signature(std::initializer_list<const Tensor*> tensors) {
-  Signature s;
-  for (const Tensor* t : tensors) {
-    s.insert(s.end(), {int64_t(t->scalar_type()), t->get_device(), reinterpret_cast<int64_t>(t->data_ptr()), t->dim()});
-    for (int64_t d = 0; d < t->dim(); ++d) s.insert(s.end(), {t->size(d), t->stride(d)});
-  }
-  return s;
+// What a graph's replay depends on: each tensor's dtype, device, sizes and strides, and its address unless
+// it is copied in.
+static void describe(Signature& s, const Tensor& t, bool copied_in = false) {
+  s.insert(s.end(), {int64_t(t.scalar_type()), t.get_device(), copied_in ? 0 : reinterpret_cast<int64_t>(t.data_ptr()),
+                     t.dim()});
+  for (int64_t d = 0; d < t.dim(); ++d) s.insert(s.end(), {t.size(d), t.stride(d)});
 }
 
 struct Recorded {
   std::unique_ptr<at::cuda::CUDAGraph> graph;
+  Tensors outputs;    // what the graph writes (its own memory pool): handed out, replayed into when free again
+  Tensors copied_in;  // the buffers the graph reads the copied inputs from
   int64_t last_used;
 };
+
+// No one but the graph holds any of its outputs (a view of one counts): a replay may overwrite them.
+static bool free_to_overwrite(const Tensors& outputs) {
+  for (const Tensor& t : outputs) {
+    if (t.storage().use_count() > 1) return false;
+  }
+  return true;
+}
 
 struct Graphs {
   std::mutex lock;
@@ -75,64 +85,81 @@ static c10::cuda::CUDAStream capture_stream() {
   return c10::cuda::getStreamFromExternal(streams[device], device);
 }
 
-// `work` recorded into a new graph (captured, not run: its kernels and their pointers become the graph's
-// nodes, its allocations come from the graph's own memory pool); nullptr when it cannot be recorded, or when
-// it used ATen's cuBLAS, whose per-stream workspace would outlive the graph that baked it in.
+// `work(copied_in)` recorded into a new graph (captured, not run: its kernels and their pointers become the
+// graph's nodes, its allocations, outputs included, come from the graph's own memory pool), reading the copied
+// inputs from buffers of its own; no graph when it cannot be recorded, or when it used ATen's cuBLAS, whose
+// per-stream workspace would outlive the graph that baked it in.
 template <typename Work>
-static std::unique_ptr<at::cuda::CUDAGraph> record(const Work& work) {
+static Recorded record(const Work& work, const Tensors& copied) {
   static std::mutex one_at_a_time;  // one capture stream per device, shared by every thread
   const std::lock_guard<std::mutex> hold(one_at_a_time);
-  auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  Recorded made{std::make_unique<at::cuda::CUDAGraph>(), {}, {}, 0};
+  for (const Tensor& t : copied) made.copied_in.push_back(at::empty_like(t, at::MemoryFormat::Contiguous));
   const c10::cuda::CUDAStreamGuard on(capture_stream());
   const int64_t aten_before = lt_aten_matmuls;
   try {
-    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-    work();
+    made.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    made.outputs = work(made.copied_in);
   } catch (const std::exception&) {
     try {
-      graph->capture_end();  // ends the capture, whatever it holds
+      made.graph->capture_end();  // ends the capture, whatever it holds
     } catch (const std::exception&) {
     }
-    return nullptr;
+    made.graph.reset();
+    return made;
   }
   try {
-    graph->capture_end();
+    made.graph->capture_end();
   } catch (const std::exception&) {
-    return nullptr;
+    made.graph.reset();
   }
-  return lt_aten_matmuls == aten_before ? std::move(graph) : nullptr;
+  if (lt_aten_matmuls != aten_before) made.graph.reset();
+  return made;
 }
 
-// Runs `work` (a call's kernels, on the current stream) as the graph recorded for `sig`; with none, runs it
-// directly, and records it when `sig` came before.
+// The tensors of `outputs`, handed out: new tensors on the same memory, with no autograd history of their own
+// (the caller's autograd gives them theirs; the graph's own must not keep it, nor what it saves, alive).
+static Tensors hand_out(const Tensors& outputs) {
+  Tensors out;
+  for (const Tensor& t : outputs) {
+    out.emplace_back(t.unsafeGetTensorImpl()->shallow_copy_and_detach(c10::VariableVersion(0), true));
+  }
+  return out;
+}
+
+// The outputs of `work(copied)` (a call's kernels, on the current stream): a replay of the graph recorded for
+// `sig` when no one holds its outputs; otherwise `work` run directly, recorded too when `sig` came before.
 template <typename Work>
-static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
+static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& copied, const Work& work) {
   if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
-    return work();  // inside someone else's graph capture (torch.cuda.graph): recorded as part of theirs
+    return work(copied);  // inside someone else's graph capture (torch.cuda.graph): recorded as part of theirs
   }
   std::unique_lock<std::mutex> hold(graphs.lock);
   ++graphs.calls;
-  if (auto found = graphs.recorded.find(sig); found != graphs.recorded.end()) {
-    found->second.graph->replay();  // the host's whole cost of the call: this lookup and one cudaGraphLaunch
-    found->second.last_used = graphs.calls;
+  const auto found = graphs.recorded.find(sig);
+  if (found != graphs.recorded.end() && free_to_overwrite(found->second.outputs)) {
+    Recorded& r = found->second;
+    for (size_t i = 0; i < copied.size(); ++i) r.copied_in[i].copy_(copied[i]);
+    r.graph->replay();  // the host's cost of the call: this lookup, the copies and one cudaGraphLaunch
+    r.last_used = graphs.calls;
     ++graphs.replays;
-    return;
+    return hand_out(r.outputs);
   }
   for (auto* set : {&graphs.seen, &graphs.never}) {
     if (set->size() >= 4 * kMaxGraphs) set->clear();
   }
-  const bool again = !graphs.seen.insert(sig).second && !graphs.never.count(sig);
+  const bool again = found == graphs.recorded.end() && !graphs.seen.insert(sig).second && !graphs.never.count(sig);
   hold.unlock();
-  work();  // this call's results, as cuda-fast computes them
-  auto graph = again ? record(work) : nullptr;
+  Tensors out = work(copied);  // this call's results, as cuda-fast computes them
+  Recorded made = again ? record(work, copied) : Recorded{};
   hold.lock();
-  if (!graph) {
+  if (!made.graph) {
     ++graphs.direct;
     if (again) graphs.never.insert(std::move(sig));
-    return;
+    return out;
   }
   graphs.seen.erase(sig);
-  if (graphs.recorded.count(sig)) return;  // another thread recorded it meanwhile
+  if (graphs.recorded.count(sig)) return out;  // another thread recorded it meanwhile
   std::unique_ptr<at::cuda::CUDAGraph> evicted;
   c10::DeviceIndex its_device = 0;
   if (graphs.recorded.size() >= kMaxGraphs) {  // the graph used longest ago makes room
@@ -144,7 +171,8 @@ static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
     evicted = std::move(oldest->second.graph);
     graphs.recorded.erase(oldest);
   }
-  graphs.recorded.emplace(std::move(sig), Recorded{std::move(graph), graphs.calls});
+  made.last_used = graphs.calls;
+  graphs.recorded.emplace(std::move(sig), std::move(made));
   ++graphs.records;
   hold.unlock();
   if (evicted) {  // freed once no replay of it can still run; kept if the device cannot say so now
@@ -154,6 +182,7 @@ static void replay_or_record(Graphs& graphs, Signature sig, const Work& work) {
       evicted.release();
     }
   }
+  return out;
 }
 
 static Graphs forward_graphs, backward_graphs;
@@ -162,25 +191,30 @@ static Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, con
                                  const Tensor& old_cell) {
   check_inputs(input, weights, bias, old_h, old_cell);
   const c10::cuda::CUDAGuard device(input.device());
-  Forward out = forward_outputs(input, old_h);  // first: their addresses are part of the signature
-  const auto& [new_h, new_cell, gates, X] = out;
-  replay_or_record(forward_graphs,
-                   signature({&input, &weights, &bias, &old_h, &old_cell, &new_h, &new_cell, &gates, &X}),
-                   [&] { lltm_forward_into(out, input, weights, bias, old_h, old_cell); });
-  return out;
+  Signature sig;
+  for (const Tensor* t : {&input, &weights, &bias, &old_h, &old_cell}) describe(sig, *t);
+  const Tensors out = replay_or_record(forward_graphs, std::move(sig), {}, [&](const Tensors&) {
+    Forward f;  // left undefined: allocated where first needed (in the graph's pool while it records)
+    lltm_forward_into(f, input, weights, bias, old_h, old_cell);
+    return Tensors{std::get<0>(f), std::get<1>(f), std::get<2>(f), std::get<3>(f)};
+  });
+  return {out[0], out[1], out[2], out[3]};
 }
 
 static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
                                    const Tensor& gates, const Tensor& X, const Tensor& weights) {
   check_backward_inputs(grad_h, grad_cell, new_cell, gates);
   const c10::cuda::CUDAGuard device(gates.device());
-  BackwardOut out = backward_outputs(new_cell, X, weights);
-  const auto& [d_input, d_weights, d_bias, d_X, d_old_cell] = out;
-  replay_or_record(backward_graphs,
-                   signature({&grad_h, &grad_cell, &new_cell, &gates, &X, &weights, &d_input, &d_weights, &d_bias,
-                              &d_X, &d_old_cell}),
-                   [&] { lltm_backward_into(out, grad_h, grad_cell, new_cell, gates, X, weights); });
-  return {d_input, d_weights, d_bias, d_X.narrow(1, 0, new_cell.size(1)), d_old_cell};
+  Signature sig;  // the incoming gradients are new tensors each step: copied in
+  describe(sig, grad_h, /*copied_in=*/true);
+  describe(sig, grad_cell, /*copied_in=*/true);
+  for (const Tensor* t : {&new_cell, &gates, &X, &weights}) describe(sig, *t);
+  const Tensors out = replay_or_record(backward_graphs, std::move(sig), {grad_h, grad_cell}, [&](const Tensors& g) {
+    BackwardOut b;  // left undefined: allocated where first needed
+    lltm_backward_into(b, g[0], g[1], new_cell, gates, X, weights);
+    return Tensors{std::get<0>(b), std::get<1>(b), std::get<2>(b), std::get<3>(b), std::get<4>(b)};
+  });
+  return {out[0], out[1], out[2], out[3].narrow(1, 0, new_cell.size(1)), out[4]};
 }
 
 #include "lltm_op.h"  // the op `lltm`, its autograd (cuda-fast's), and the registrations of the two above
