@@ -1,4 +1,5 @@
-"""The matmul ladder on the GPU: F.linear (cuBLAS, TF32 off) against every CUDA rung of linear, forward, float32.
+"""The matmul ladder on the GPU: F.linear (cuBLAS, TF32 off) against every CUDA rung of linear, forward, float32;
+the tensor-core rung (TF32) also against F.linear with TF32 allowed.
 
     python benchmarks/linear_gpu.py [--size 4096] [--runs 3] [--tiles] [--out benchmarks/results]
 
@@ -48,15 +49,29 @@ def tile_name(p: dict) -> str:
     return f"{p['block_m']}x{p['block_n']}x{p['block_k']}, {p['thread_m']}x{p['thread_n']}/thread"
 
 
-def contenders(spec, inputs, builds: list[tuple[str, dict]], device: str) -> dict:
-    """label -> (call, variant, build seconds): F.linear first, then each (variant, params) built through kplay."""
+TF32_BASE = "F.linear (cuBLAS, TF32 allowed)"  # the tensor-core rung's fair reference: the same arithmetic
+
+
+def contenders(spec, inputs, builds: list[tuple[str, dict]], device: str, fam) -> dict:
+    """label -> (call, variant, build seconds, math): F.linear first (TF32 off, then allowed), then each
+    (variant, params) built through kplay; math "tf32" where the inputs are rounded to TF32."""
     x, w, b = inputs
-    found = {"F.linear (cuBLAS, TF32 off)": (lambda: torch.nn.functional.linear(x, w, b), "", 0.0)}
+
+    def tf32_linear():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return torch.nn.functional.linear(x, w, b)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+
+    found = {"F.linear (cuBLAS, TF32 off)": (lambda: torch.nn.functional.linear(x, w, b), "", 0.0, ""),
+             TF32_BASE: (tf32_linear, "", 0.0, "tf32")}
     for variant, params in builds:
         t0 = time.perf_counter()
         ops = playground.load("linear", variant=variant, device=device, params=params or None)
         label = variant + (f" ({tile_name(params)})" if params else "")
-        found[label] = (lambda ops=ops: spec.linear(ops, x, w, b), variant, time.perf_counter() - t0)
+        found[label] = (lambda ops=ops: spec.linear(ops, x, w, b), variant, time.perf_counter() - t0,
+                        fam.variants[variant].math)
     return found
 
 
@@ -66,15 +81,17 @@ def measure(found: dict, spec, inputs, flops: int, budget_s: float, device: str)
     The slowest (cuda-naive, 0.27 s a call at 4096^3) sets the pace of the turns: 30 samples each.
     """
     ref = torch.nn.functional.linear(*(t.double() for t in inputs))  # y alone: the forward is what is timed
-    tol = spec.product_tolerance(inputs[0], inputs[1], torch.float32, extra=inputs[2])  # y's bound: the forward is timed
-    errors = {label: (fn().double() - ref).abs().max().item() for label, (fn, _, _) in found.items()}
-    stats = bench({label: fn for label, (fn, _, _) in found.items()}, device, budget_s=budget_s)
+    tols = {m: spec.product_tolerance(inputs[0], inputs[1], torch.float32, extra=inputs[2], tf32=m == "tf32")
+            for m in ("", "tf32")}  # y's bound (the forward is timed), with TF32's rounding where it is used
+    errors = {label: (fn().double() - ref).abs().max().item() for label, (fn, *_) in found.items()}
+    stats = bench({label: fn for label, (fn, *_) in found.items()}, device, budget_s=budget_s)
     rows = []
-    for label, (_, variant, build_s) in found.items():
-        t, err = stats[label], errors[label]
+    for label, (_, variant, build_s, math) in found.items():
+        t, err, tol = stats[label], errors[label], tols[math]
         rows.append({"contender": label, "variant": variant, "median_ms": t.median_s * 1e3, "q1_ms": t.q1_s * 1e3,
                      "q3_ms": t.q3_s * 1e3, "samples": t.samples, "method": t.method, "gflops": flops / t.median_s / 1e9,
-                     "max_abs_err": err, "tolerance": tol, "ok": err <= tol, "build_s": round(build_s, 1)})
+                     "max_abs_err": err, "tolerance": tol, "ok": err <= tol, "build_s": round(build_s, 1),
+                     "math": math})
     return rows
 
 
@@ -94,15 +111,20 @@ def summarise(rows: list[dict]) -> dict:
     """Each row's share of F.linear (the first row) and multiple of the rung before; the targets' verdict:
     each default rung no slower than the one before, the top rung at TARGET% of F.linear or more."""
     base = rows[0]["gflops"]
-    ladder = [r for r in rows[1:] if "(" not in r["contender"]]  # the rungs at their default tiles, in order
+    tf32_base = next((r["gflops"] for r in rows if r["contender"] == TF32_BASE), None)  # None: an older record
+    # the float32 rungs at their default tiles, in order; the TF32 ones are other arithmetic, compared apart
+    ladder = [r for r in rows[1:] if "(" not in r["contender"] and not r.get("math")]
     for r in rows:
         r["pct_of_F_linear"] = 100 * r["gflops"] / base
+        r["pct_of_F_linear_tf32"] = 100 * r["gflops"] / tf32_base if r.get("math") and tf32_base else None
         r["worklog_pct"] = WORKLOG.get(r["variant"]) if r in ladder else None
     for before, r in zip(ladder, ladder[1:]):
         r["x_before"] = r["gflops"] / before["gflops"]
     top = ladder[-1]
     climbs = all(r["x_before"] >= 1.0 for r in ladder[1:])
+    tensor = [r for r in rows if r["variant"] and r.get("math") and tf32_base]
     return {"top": top["contender"], "top_pct_of_F_linear": top["pct_of_F_linear"], "climbs": climbs,
+            "tensor_cores": [(r["contender"], r["pct_of_F_linear_tf32"], r["ok"]) for r in tensor],
             "target": f"each rung no slower than the one before; {top['contender']} >= {TARGET:.0f}% of F.linear",
             "met": climbs and top["pct_of_F_linear"] >= TARGET and all(r["ok"] for r in ladder)}
 
@@ -112,7 +134,8 @@ def markdown(rows: list[dict], verdict: dict, meta: dict, s: int) -> list[str]:
              f"{meta['date']} · torch {meta['torch']} · CUDA {meta['cuda']} · {meta['nvcc']} · "
              f"driver, max SM clock: {meta['driver, max SM clock']}", "",
              f"{rows[0]['method']}, 3 warm-ups, contenders taking turns, median (IQR) of the samples shown; "
-             f"error = max |y - float64 reference| (tolerance {rows[0]['tolerance']:.2e}).", "",
+             f"error = max |y - float64 reference| (tolerance {rows[0]['tolerance']:.2e}; "
+             f"{rows[1]['tolerance']:.2e} where TF32 rounds the inputs).", "",
              "| contender | median ms (IQR) | runs' medians, ms | GFLOP/s | % of F.linear | x rung before | worklog (A6000) | max err | check |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -121,9 +144,11 @@ def markdown(rows: list[dict], verdict: dict, meta: dict, s: int) -> list[str]:
         lines.append(f"| {r['contender']} | {r['median_ms']:.3f} ({r['q1_ms']:.3f}-{r['q3_ms']:.3f}) | "
                      f"{', '.join(f'{t:.3f}' for t in r['runs_ms'])} | {r['gflops']:,.0f} | {r['pct_of_F_linear']:.1f}% | "
                      f"{before} | {worklog} | {r['max_abs_err']:.1e} | {'pass' if r['ok'] else 'FAIL'} |")
+    tensor = [f"{name}: {pct:.1f}% of {TF32_BASE} (TF32 against TF32; check {'pass' if ok else 'FAIL'} within "
+              "the TF32 tolerance, spec.product_tolerance(tf32=True))." for name, pct, ok in verdict["tensor_cores"]]
     return lines + ["", f"Target ({verdict['target']}): {verdict['top']} at {verdict['top_pct_of_F_linear']:.1f}% of "
                     f"F.linear, {'every rung climbs' if verdict['climbs'] else 'a rung is slower than the one before'}: "
-                    f"{'met' if verdict['met'] else 'NOT met'}."]
+                    f"{'met' if verdict['met'] else 'NOT met'}.", *tensor]
 
 
 def ladder_plot(record: dict, path: Path) -> None:
@@ -131,7 +156,7 @@ def ladder_plot(record: dict, path: Path) -> None:
     target as a line: the ladder in one picture (PNG)."""
     from matplotlib.figure import Figure  # no pyplot: no GUI backend
 
-    rows = [r for r in record["rows"][1:] if "(" not in r["contender"]]  # the rungs at their default tiles
+    rows = [r for r in record["rows"][1:] if "(" not in r["contender"] and not r.get("math")]  # float32 rungs
     fig = Figure(figsize=(8, 0.5 * len(rows) + 2.0))
     ax = fig.add_subplot()
     y = list(range(len(rows)))[::-1]  # the first rung on top
@@ -193,7 +218,7 @@ def main() -> int:
     fam = registry.find("linear")
     builds = [(v.name, {}) for v in fam.variants.values() if v.device == "cuda"]
     builds += [("cuda-tiled", p) for p in TILES] if args.tiles else []
-    found = contenders(spec, inputs, builds, "cuda")
+    found = contenders(spec, inputs, builds, "cuda", fam)
     rows = median_of_runs([measure(found, spec, inputs, flops, args.budget, "cuda") for _ in range(args.runs)])
     verdict = summarise(rows)
     meta = versions()

@@ -12,7 +12,7 @@ import mmap
 import re
 from dataclasses import dataclass, field
 
-from . import events
+from . import events, spec as specs
 from .errors import KernelCrash, UsageError
 
 MAX_MISMATCHES = 5
@@ -109,6 +109,7 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
     """Every case (_cases), on poisoned memory, in order, then the requested size in reused memory, then the
     spec's own verdicts (gradcheck): the merged Check, what the requested size printed, those verdicts."""
     checks, shown, main_label = [], "", case_label(fam, req.sizes)
+    math = fam.variants[name].math  # tf32: the tolerance of float32 inputs rounded to TF32
     alive = lambda: on_event(events.ALIVE)
     expected = {}  # the requested size's reference, tolerance and copy, which its forms of the same shapes share
     try:
@@ -117,13 +118,14 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
             on_event(events.CHECK, variant=name, case=label, read_only=guarded)
             with Guarded(make(), guarded) as zones:
                 same = kind == "main" or kind == "form" and _shapes(zones.inputs) == _shapes(main)
-                check, stdout = _one(spec, ops, name, zones.inputs, dtype, label, alive, expected if same else {})
+                check, stdout = _one(spec, ops, name, zones.inputs, dtype, label, alive, expected if same else {},
+                                     math)
             checks.append(check.failing([f"{label}: {zones.overrun}"]) if zones.overrun else check)
             shown = stdout if label == main_label else shown  # what the requested size printed
         if "values" not in req.sizes:
             on_event(events.CHECK, variant=name, case=main_label + " reused")
             main_ok = all(c.ok for c in checks if c.cases == [main_label])  # fresh memory, this size
-            reused = _reused(spec, ops, name, main, dtype, main_label, main_ok, alive)
+            reused = _reused(spec, ops, name, main, dtype, main_label, main_ok, alive, math)
             checks += [reused] if reused else []
     except KernelCrash as e:
         raise KernelCrash(in_sources(str(e), fam, fam.variants[name])) from None
@@ -136,7 +138,7 @@ REUSED = ("the same memory with new values gave a wrong answer: a result kept fr
           "(cached by its pointer, or by a sample of its values), or work still running on another stream?")
 
 
-def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool, alive) -> Check | None:
+def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool, alive, math: str = "") -> Check | None:
     """The requested size in memory the kernel has seen before, its floating-point values negated in place
     (the first and the last kept): a result cached by pointer, or by a hash of a few elements, is stale
     here and fails, with the likely causes first where the same size passed in fresh memory (`fresh_ok`).
@@ -158,7 +160,7 @@ def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool, alive) -> Ch
         raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
     for x in floats:  # in place: the same pointer, the same first and last elements
         x.view(-1)[1:-1].neg_()
-    check, _ = _one(spec, ops, variant, inputs, dtype, case, alive)
+    check, _ = _one(spec, ops, variant, inputs, dtype, case, alive, math=math)
     if check.ok or not fresh_ok:
         return check
     return dataclasses.replace(check, mismatches=[f"{case}: {REUSED}", *check.mismatches])
@@ -297,7 +299,8 @@ def make_inputs(spec, sizes, dtype, device, seed):
         raise
 
 
-def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, expected=None) -> tuple[Check, str]:
+def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, expected=None,
+         math: str = "") -> tuple[Check, str]:
     """Run the variant once on poisoned memory and compare; the input must come back unchanged. alive() is
     called just before the call: --timeout bounds the call, not the reference's time before it. `expected`
     keeps the reference, the tolerance and the inputs' copy for the next case of the same values and shapes
@@ -306,7 +309,7 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, 
 
     from .capture import stdout_fd
 
-    ref, (tol, source), before = _expect(spec, inputs, dtype, {} if expected is None else expected)
+    ref, (tol, source), before = _expect(spec, inputs, dtype, {} if expected is None else expected, math)
     if spec.output_like:
         _poison(spec.output_like(*inputs))
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
@@ -338,13 +341,13 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, 
     return result, printed.text
 
 
-def _expect(spec, inputs, dtype, expected: dict) -> tuple:
+def _expect(spec, inputs, dtype, expected: dict, math: str = "") -> tuple:
     """The reference, the tolerance and a copy of the inputs, computed once into `expected` for the cases that
     share them."""
     import torch
 
     if not expected:
-        expected.update(ref=spec.reference(*inputs), tol=spec.tolerance(*inputs, dtype),
+        expected.update(ref=spec.reference(*inputs), tol=specs.tolerance_for(spec, inputs, dtype, math),
                         before=[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
     return expected["ref"], expected["tol"], expected["before"]
 

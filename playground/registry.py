@@ -41,7 +41,8 @@ FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "d
 FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
-                "includes": "a list of strings"}
+                "includes": "a list of strings", "math": "a string"}
+MATH = ("tf32",)  # a variant's arithmetic where it is not its dtype's: spec.py's tolerance(..., math=) bounds it
 SIZE_KEYS = {"default": "an integer", "max": "an integer", "help": "a string"}
 PARAM_KEYS = {"default": "an integer or a string", "choices": "a list", "min": "an integer", "max": "an integer",
               "help": "a string"}
@@ -104,6 +105,7 @@ class Variant:
     ldflags: tuple[str, ...] = ()
     libraries: tuple[str, ...] = ()  # NVIDIA libraries torch links, e.g. cublasLt: headers and linking found for you
     includes: tuple[str, ...] = ()  # headers in the family's folder that the sources #include (hashed, -I folder)
+    math: str = ""  # "tf32": float32 inputs rounded to TF32 on the tensor cores; the check's tolerance says so
 
     def runs_on(self, device: str) -> bool:
         return self.device in (device, "any")
@@ -181,6 +183,8 @@ def _variant(name: str, raw: dict, path: Path, shared: tuple = ()) -> Variant:
     check_keys(f"[variants.{name}] ", raw, VARIANT_KEYS)
     if raw.get("device", "cpu") not in (*DEVICES, "any"):
         raise ValueError(f"[variants.{name}] device = {json.dumps(raw['device'])}: expected cpu, cuda or any")
+    if raw.get("math", MATH[0]) not in MATH:
+        raise ValueError(f"[variants.{name}] math = {json.dumps(raw['math'])}: expected {' or '.join(MATH)}")
     variant = Variant(
         name=name,
         device=raw.get("device", "cpu"),
@@ -191,6 +195,7 @@ def _variant(name: str, raw: dict, path: Path, shared: tuple = ()) -> Variant:
         ldflags=tuple(raw.get("ldflags", ())),
         libraries=tuple(raw.get("libraries", ())),
         includes=tuple(dict.fromkeys([*shared, *raw.get("includes", ())])),
+        math=raw.get("math", ""),
     )
     _files_exist(path, variant)
     return variant

@@ -56,6 +56,12 @@ class Spec:
     wall_clock: bool  # tiny ops: on a GPU, also time each call on a synchronized wall clock
 
 
+def tolerance_for(spec, inputs, dtype, math: str = "") -> tuple:
+    """The spec's (atol, where it comes from) for a variant: math is its arithmetic where not its dtype's
+    (task.toml's math = "tf32"); only then is the hook asked with math=."""
+    return spec.tolerance(*inputs, dtype, math=math) if math else spec.tolerance(*inputs, dtype)
+
+
 def one_step(fn, inputs) -> dict:
     """The default timing: the whole call, one step."""
     return {"call": (tuple, lambda: fn(*inputs))}
@@ -115,6 +121,9 @@ def load(fam: Family) -> Spec:
     mod = module(fam)
     if id(mod) not in _specs:
         _specs[id(mod)] = from_module(fam.name, mod, fam.baselines)
+    maths = [v.name for v in fam.variants.values() if v.math]
+    if maths and "math" not in inspect.signature(mod.tolerance).parameters:
+        raise UsageError(f"{fam.name}: {maths[0]} sets math in task.toml, so spec.py's tolerance must take math=")
     return _specs[id(mod)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from . import spec as specs
 from .check import as_tuple, make_inputs
 
 
@@ -78,10 +79,11 @@ class TimedOutputs:
     (no sync inside the loop) and judged after it: a result cached from another call, or work still running
     when the output was read, fails."""
 
-    def __init__(self, spec, pool: list, dtype, alive=lambda: None):
-        self.names, self.expected = spec.outputs, []
+    def __init__(self, spec, pool: list, dtype, alive=lambda: None, maths: dict | None = None):
+        self.names, self.expected, self.maths = spec.outputs, [], maths or {}  # variant -> its math ("tf32")
         for x in pool:
-            self.expected.append((spec.reference(*x), as_tuple(spec.tolerance(*x, dtype)[0])))
+            tols = {m: as_tuple(specs.tolerance_for(spec, x, dtype, m)[0]) for m in {"", *self.maths.values()}}
+            self.expected.append((spec.reference(*x), tols))
             alive()
         self.seen: dict = {}  # (variant, step) -> [(input k, deviation)]
 
@@ -95,7 +97,7 @@ class TimedOutputs:
             for k, dev in self.seen.get((variant, label), []):
                 if dev is None:
                     continue
-                tols = self.expected[k][1]
+                tols = self.expected[k][1][self.maths.get(variant, "")]
                 tols = tols * len(dev) if len(tols) == 1 else tols[:len(dev)]
                 for i, (e, t) in enumerate(zip(dev.cpu().tolist(), tols)):
                     if not e <= t:  # NaN fails too

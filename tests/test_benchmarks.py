@@ -66,6 +66,12 @@ def test_the_ladder_row_is_the_median_run_and_its_verdict_needs_every_rung_to_cl
     assert verdict["met"] and rows[2]["worklog_pct"] == 78.4
     slower = linear_gpu.summarise([_row("F.linear (cuBLAS, TF32 off)", 2.7), _row("cuda-naive", 2.0), _row("cuda-tiled", 3.0)])
     assert not slower["climbs"] and not slower["met"]
+    # TF32 rows are other arithmetic: the tensor-core rung is judged against F.linear with TF32, not in the climb
+    tf32 = [{**_row(linear_gpu.TF32_BASE, 0.9), "variant": "", "math": "tf32"},
+            {**_row("cuda-tensor-core", 1.8), "math": "tf32"}]
+    verdict = linear_gpu.summarise([*rows[:1], tf32[0], *rows[1:], tf32[1]])
+    assert verdict["top"] == "cuda-tiled" and verdict["climbs"] and verdict["met"]
+    assert verdict["tensor_cores"] == [("cuda-tensor-core", pytest.approx(50.0), True)]
 
 
 def test_sum_gpu_says_where_fast_is_behind_torch_sum():

@@ -16,7 +16,7 @@ from playground.check import compare
 FAMILY = registry.find("linear")
 spec = specs.module(FAMILY)
 CUDA_VARIANTS = ["cuda-naive", "cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled", "cuda-warptile",
-                 "cuda-double-buffer"]  # the ladder, in order
+                 "cuda-double-buffer", "cuda-tensor-core"]  # the ladder, in order
 
 # (batch, in, out): 1s, primes, not multiples of the 128-wide tiles nor of the 4-wide vector loads.
 SHAPES = [(1, 17, 1023), (17, 1023, 1), (1023, 1, 17), (1000, 1000, 1023), (4, 3, 5), (130, 260, 129)]
@@ -29,10 +29,10 @@ def seeded(shape, dtype, device="cpu", seed=0):
     return [t.to(device) for t in spec.make_inputs({"batch": batch, "in": fan_in, "out": fan_out}, dtype, "cpu", gen)]
 
 
-def mismatches(fn, x, w, b, gy):
+def mismatches(fn, x, w, b, gy, math=""):
     """The engine's comparison of fn's y and three gradients with float64 F.linear's, plus a dtype check."""
     got = spec.gradients(fn, x, w, b, gy)
-    tols, source = spec.tolerance(x, w, b, gy, x.dtype)
+    tols, source = spec.tolerance(x, w, b, gy, x.dtype, math=math)
     check = compare(got, spec.reference(x, w, b, gy), tols, source, "", spec.OUTPUTS)
     wrong = [f"{n}: {g.dtype}" for n, g in zip(spec.OUTPUTS, got) if isinstance(g, torch.Tensor) and g.dtype != x.dtype]
     return check.mismatches + wrong
@@ -194,6 +194,44 @@ def test_tolerance_fails_wrong_forward(name, shape):
     assert compare(F.linear(x, w, b), ref, tol, "").ok  # F.linear itself passes
 
 
+def to_tf32(t):
+    """float32 rounded to TF32 as the tensor cores' conversion rounds (to nearest, 10 mantissa bits)."""
+    return ((t.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def tf32_outputs(x, w, b, gy, k_kept=None):
+    """y and the gradients as cuda-tensor-core makes them: each product of TF32-rounded inputs, summed in
+    float64 and rounded to float32 (no worse than the tensor cores' float32 sums); optionally y over the
+    first k_kept terms of k only (a kernel that skips the last ones)."""
+    def nt(a, bt):
+        return (to_tf32(a).double() @ to_tf32(bt).double().T).float()
+    k = x.shape[1] if k_kept is None else k_kept
+    return nt(x[:, :k], w[:, :k]) + b, nt(gy, w.T), nt(gy.T, x.T), gy.sum(0)
+
+
+@pytest.mark.parametrize("shape", [pytest.param(s, marks=pytest.mark.slow) if s[0] * s[1] * s[2] > 1e8 else s
+                                   for s in EVERY_SIZE], ids=str)  # -m "not slow": the test sizes
+def test_tf32_tolerance_passes_tf32_products_and_fails_a_skipped_percent_of_k(shape):
+    """cuda-tensor-core's bound (task.toml's math = "tf32"): TF32 products pass for all three products; y with
+    the last 1% of k skipped (one term at least) fails it."""
+    x, w, b, gy = seeded(shape, torch.float32)
+    tols, source = spec.tolerance(x, w, b, gy, torch.float32, math="tf32")
+    ref = spec.reference(x, w, b, gy)
+    assert compare(tf32_outputs(x, w, b, gy), ref, tols, source, "", spec.OUTPUTS).ok
+    skipped = tf32_outputs(x, w, b, gy, k_kept=x.shape[1] - -(-x.shape[1] // 100))
+    assert not compare(skipped[0], ref[0], tols[0], "").ok
+
+
+def test_tf32_needs_its_own_tolerance_and_float64_keeps_its_own():
+    """At (1000, 1000, 1023) float32's bound fails TF32's honest products, which is why the variant declares
+    its math; a float64 run of the same variant keeps float64's bound."""
+    x, w, b, gy = seeded((1000, 1000, 1023), torch.float32)
+    ref = spec.reference(x, w, b, gy)
+    assert not compare(tf32_outputs(x, w, b, gy)[0], ref[0], spec.tolerance(x, w, b, gy, torch.float32)[0][0], "").ok
+    x64 = [t.double() for t in (x, w, b, gy)]
+    assert spec.tolerance(*x64, torch.float64, math="tf32") == spec.tolerance(*x64, torch.float64)
+
+
 class WrongBackward(torch.autograd.Function):
     """F.linear's forward with a broken backward, chosen by `bug`."""
 
@@ -251,9 +289,9 @@ def cuda_ops(request):
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_cuda_output_and_gradients_match_F_linear(cuda_ops, shape, dtype):
-    _, ops = cuda_ops
+    name, ops = cuda_ops
     x, w, b, gy = seeded(shape, dtype, "cuda")
-    assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy) == []
+    assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy, FAMILY.variants[name].math) == []
 
 
 @pytest.mark.cuda
@@ -265,19 +303,21 @@ def test_cuda_gradcheck_float64(cuda_ops):
 
 @pytest.mark.cuda
 def test_cuda_misaligned_and_strided_inputs(cuda_ops):
-    _, ops = cuda_ops
+    name, ops = cuda_ops
     batch, fan_in, fan_out = 129, 260, 131
     # Dense but 4 bytes past a 16-byte boundary: the tiled kernel must fall back from float4 loads.
     x = torch.randn(batch * fan_in + 1, device="cuda")[1:].view(batch, fan_in)
     w = torch.randn(fan_in, fan_out, device="cuda").t()  # a transposed view
     b = torch.randn(2 * fan_out, device="cuda")[::2]
     ref = F.linear(x.double(), w.double(), b.double())
-    assert (spec.linear(ops, x, w, b).double() - ref).abs().max().item() <= spec.product_tolerance(x, w, torch.float32, b)
+    tol = spec.product_tolerance(x, w, torch.float32, b, tf32=FAMILY.variants[name].math == "tf32")
+    assert (spec.linear(ops, x, w, b).double() - ref).abs().max().item() <= tol
 
 
 @pytest.mark.cuda
 def test_cuda_module_wrapper(cuda_ops):
-    _, ops = cuda_ops
+    name, ops = cuda_ops
+    close = 1e-2 if FAMILY.variants[name].math == "tf32" else 1e-5  # TF32 keeps 10 mantissa bits
     torch.manual_seed(0)
     ref = torch.nn.Linear(70, 33, device="cuda")
     mine = spec.Linear(ops, 70, 33, device="cuda")
@@ -285,9 +325,9 @@ def test_cuda_module_wrapper(cuda_ops):
     x = torch.randn(3, 5, 70, device="cuda")
     for layer in (ref, mine):
         layer(x).square().sum().backward()
-    torch.testing.assert_close(mine(x), ref(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mine(x), ref(x), rtol=close, atol=close)
     for p, q in zip(mine.parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(p.grad, q.grad, rtol=10 * close, atol=10 * close)
 
 
 @pytest.mark.cuda

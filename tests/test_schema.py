@@ -68,6 +68,7 @@ CPP = '[variants.cpp]\ndevice = "cpu"\nsources = ["sum.cpp"]'
     ('dtypes = ["float32", "float64"]', 'dtypes = ["float23"]', "dtypes: unknown dtype 'float23'; did you mean 'float32'?"),
     ('n = { default = 10_000_000,', 'n = { default = 1e7,', "[sizes] n: default = 10000000.0: expected an integer"),
     ('device = "cpu"', 'device = "gpu"', '[variants.cpp] device = "gpu": expected cpu, cuda or any'),
+    ('device = "cpu"', 'device = "cpu"\nmath = "fp16"', '[variants.cpp] math = "fp16": expected tf32'),
     ("exercise = true", 'exercise = "yes"', 'exercise = "yes": expected true, false or a table'),
     ("exercise = true", 'default_variant = "fastest"', 'default_variant = "fastest": not a variant; did you mean \'fast\'?'),
     ('baselines = ["torch.sum"]', 'baselines = "torch.sum"', 'baselines = "torch.sum": expected a list of strings'),
@@ -98,6 +99,14 @@ def test_baselines_that_task_toml_and_spec_py_name_differently_are_refused(tmp_p
         spec.load(registry.load_family(folder))
     assert str(e.value) == ('mysum: task.toml declares baselines = ["torch.sum", "cub"] but spec.py binds ["torch.sum"]: '
                             "name the same baselines in both")
+
+
+def test_a_variant_with_its_own_math_needs_a_tolerance_that_takes_it(tmp_path):
+    """math = "tf32" asks spec.py's tolerance for TF32's bound: sum's tolerance has no math=, so it is refused."""
+    folder = sum_copy(tmp_path, 'device = "cpu"', 'device = "cpu"\nmath = "tf32"')
+    with pytest.raises(UsageError) as e:
+        spec.load(registry.load_family(folder))
+    assert str(e.value) == "mysum: cpp sets math in task.toml, so spec.py's tolerance must take math="
 
 
 def family(root, name: str, sizes: str = "n = 10", extra: str = "") -> None:

@@ -29,27 +29,42 @@ def reference(x, weight, bias, grad_out):
     return gradients(F.linear, *(t.double() for t in (x, weight, bias, grad_out)))
 
 
-def product_tolerance(a, b, dtype, extra=None):
+TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 mantissa bits: rounding to nearest errs by at most 2^-11, relative
+
+
+def product_tolerance(a, b, dtype, extra=None, tf32=False):
     """Error bound for the rows of a times the rows of b (A B^T, k along dim 1), plus a vector added.
 
     A dot product of k terms in floating point errs by at most about LAMBDA * sqrt(k) * eps * sum|a_i b_i|
     with high probability (Higham and Mary 2019, rounding errors as independent random variables);
     sum|a_i b_i| <= |a| |b| (Cauchy-Schwarz) bounds it by the largest row norms, cheap to compute.
+
+    tf32: the inputs were rounded to TF32 first. Term i becomes a_i b_i (1 + d_i + e_i) with |d_i|, |e_i| <= u
+    (TF32_ROUNDOFF), independent: the sum errs by about LAMBDA * sqrt(2) * u * sqrt(sum (a_i b_i)^2), and
+    sqrt(sum (a_i b_i)^2) <= max|a_i| |b| and <= |a| max|b_i|; the smaller of the two is added.
     """
     # The float64 reference rounds too: in a float64 run its own error is as large as the kernel's.
     eps = torch.finfo(dtype).eps + torch.finfo(torch.float64).eps
     k = a.shape[1]
-    norms = a.double().norm(dim=1).max().item() * b.double().norm(dim=1).max().item() if a.numel() else 0.0
-    if extra is not None:
-        norms += extra.double().abs().max().item()
-    return LAMBDA * math.sqrt(k + 1) * eps * norms
+    a64, b64 = a.double(), b.double()
+    rows_a, rows_b = (a64.norm(dim=1).max().item(), b64.norm(dim=1).max().item()) if a.numel() else (0.0, 0.0)
+    norms = rows_a * rows_b + (extra.double().abs().max().item() if extra is not None else 0.0)
+    bound = LAMBDA * math.sqrt(k + 1) * eps * norms
+    if tf32 and a.numel():
+        largest = min(a64.abs().max().item() * rows_b, rows_a * b64.abs().max().item())
+        bound += LAMBDA * math.sqrt(2) * TF32_ROUNDOFF * largest
+    return bound
 
 
-def tolerance(x, weight, bias, grad_out, dtype):
-    """One bound per output (OUTPUTS), each from the product that makes it."""
+def tolerance(x, weight, bias, grad_out, dtype, math=""):
+    """One bound per output (OUTPUTS), each from the product that makes it; math="tf32": a variant whose
+    float32 products round their inputs to TF32 (cuda-tensor-core)."""
+    tf32 = math == "tf32" and dtype == torch.float32
     source = (f"{LAMBDA}·sqrt(k+1)·eps·(largest row norms of the two factors), per product "
               "(probabilistic dot-product bound)")
-    return gradient_tolerances(x, weight, bias, grad_out, dtype), source
+    if tf32:
+        source += f", + {LAMBDA}·sqrt(2)·2^-11·(largest |entry| x largest row norm): inputs rounded to TF32"
+    return gradient_tolerances(x, weight, bias, grad_out, dtype, tf32), source
 
 
 OUTPUTS = ("y", "grad_input", "grad_weight", "grad_bias")
@@ -155,12 +170,13 @@ def gradients(fn, x, weight, bias, grad_out):
     return (y.detach(), *torch.autograd.grad(y, leaves, grad_out, allow_unused=True))  # None: no gradient
 
 
-def gradient_tolerances(x, weight, bias, grad_out, dtype):
-    """Bounds for y, grad_x = gy W, grad_weight = gy^T x and grad_bias = column sums of gy."""
+def gradient_tolerances(x, weight, bias, grad_out, dtype, tf32=False):
+    """Bounds for y, grad_x = gy W, grad_weight = gy^T x and grad_bias = column sums of gy (tf32: the three
+    products through the kernel round their inputs to TF32; the column sums are torch's, in float32)."""
     gy = grad_out
     return (
-        product_tolerance(x, weight, dtype, extra=bias),
-        product_tolerance(gy, weight.t(), dtype),
-        product_tolerance(gy.t(), x.t(), dtype),
+        product_tolerance(x, weight, dtype, extra=bias, tf32=tf32),
+        product_tolerance(gy, weight.t(), dtype, tf32=tf32),
+        product_tolerance(gy.t(), x.t(), dtype, tf32=tf32),
         product_tolerance(gy.t(), torch.ones(1, gy.shape[0], dtype=dtype, device=gy.device), dtype),
     )
