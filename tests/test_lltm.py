@@ -352,6 +352,27 @@ def test_cuda_graph_replays_new_values_and_never_overwrites_a_held_output():
 
 
 @pytest.mark.cuda
+def test_cuda_graph_keeps_inference_mode_graphs_out_of_training():
+    """A graph recorded under inference mode hands out inference tensors, which autograd cannot save: a
+    training step on the same tensors afterwards gets graphs of its own, and the right gradients."""
+    fn = lltm("cuda-graph")
+    xs = inputs((16, 32, 128), torch.float32, "cuda")
+    leaves = [x.detach().clone().requires_grad_() for x in xs[:5]]
+    with torch.inference_mode():
+        for _ in range(4):  # run directly, recorded, replayed, replayed
+            out = fn(*leaves)
+            del out
+    ref, (tols, _) = SPEC.reference(*xs), SPEC.tolerance(*xs, torch.float32)
+    for _ in range(4):
+        new_h, new_cell = fn(*leaves)
+        grads = torch.autograd.grad((new_h, new_cell), leaves, tuple(xs[5:]))
+        got = (new_h.detach(), new_cell.detach(), *grads)
+        for name, o, r, tol in zip(NAMES, got, ref, tols):
+            assert (o.double() - r).abs().max().item() <= tol, name
+        del new_h, new_cell, grads, got
+
+
+@pytest.mark.cuda
 def test_cuda_graph_runs_float64_directly():
     """float64's matmuls are ATen's, whose cuBLAS workspace a graph must not keep: the same call four times
     never replays, and stays right."""
@@ -371,13 +392,14 @@ def test_cuda_graph_runs_float64_directly():
 def test_cuda_graph_replays_forward_and_backward_right(shape, params):
     """cuda-graph in training: the same step again and again (leaves cloned each time, at the same addresses
     once the allocator has settled) runs directly, records, then replays both directions, and the replayed
-    step's seven outputs are right."""
+    step's seven outputs are right. The backward replays two steps after the forward: once the forward
+    replays, the tensors it saved for the backward are the graph's, at addresses of their own."""
     lib = ops("cuda-graph", **params)
     fn = SPEC.lltm_function(lib, "cuda-graph")
     xs = inputs(shape, torch.float32, "cuda")
     ref, (tols, _) = SPEC.reference(*xs), SPEC.tolerance(*xs, torch.float32)
     out, replayed = None, False
-    for _ in range(6):  # three steps, give or take the allocator's first growth
+    for _ in range(12):  # five steps, give or take the allocator's first growths
         out = None  # freed first: the next step gets the same addresses
         before = lib.graph_counts()
         out = SPEC.forward_backward(fn, *xs)

@@ -41,7 +41,8 @@ def product_tolerance(a, b, dtype, extra=None, tf32=False):
 
     tf32: the inputs were rounded to TF32 first. Term i becomes a_i b_i (1 + d_i + e_i) with |d_i|, |e_i| <= u
     (TF32_ROUNDOFF), independent: the sum errs by about LAMBDA * sqrt(2) * u * sqrt(sum (a_i b_i)^2), and
-    sqrt(sum (a_i b_i)^2) <= max|a_i| |b| and <= |a| max|b_i|; the smaller of the two is added.
+    sqrt(sum (a_i b_i)^2) <= max|a_i| |b| and <= |a| max|b_i|; the smaller of the two is added. Like the
+    float32 term, it holds for inputs like the check's (random): equal entries round alike and add up.
     """
     # The float64 reference rounds too: in a float64 run its own error is as large as the kernel's.
     eps = torch.finfo(dtype).eps + torch.finfo(torch.float64).eps

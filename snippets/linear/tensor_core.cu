@@ -9,7 +9,7 @@
 // products added in float32. That is other arithmetic, off by about 2^-11 of each product: the check's
 // tolerance says so (task.toml's math = "tf32", spec.py), and the fair reference is cuBLAS with TF32
 // allowed (benchmarks/linear_gpu.py times both). float64 takes the tensor cores' FP64 path (8 x 8 x 4
-// fragments), exact float64 arithmetic. Compute capability 8.0 (Ampere) or newer.
+// fragments): float64 FMAs, the sum in another order. Compute capability 8.0 (Ampere) or newer.
 //
 // A block of 8 warps computes a 128 x 128 tile of C, each warp a 64 x 32 piece of it as a grid of
 // accumulator fragments in registers. The block walks k through shared memory as cuda-tiled does, but the
@@ -109,7 +109,7 @@ matmul_nt_tensor_core(const T* __restrict__ A, int64_t lda, const T* __restrict_
   }
   // Each fragment through the warp's own corner of As (free now), then to C with the bias: a fragment's
   // layout in registers is not specified, and C's edge may cut it.
-  T* stage = &As[0][0] + warp * F::M * F::N;
+  T* stage = reinterpret_cast<T*>(As) + warp * F::M * F::N;
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int i = 0; i < FM; ++i) {

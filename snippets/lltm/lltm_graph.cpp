@@ -24,8 +24,11 @@ constexpr int kStreams = {{streams}};
 #include "lltm_fast_ops.h"
 
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <atomic>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -47,17 +50,27 @@ static void describe(Signature& s, const Tensor& t, bool copied_in = false) {
   for (int64_t d = 0; d < t.dim(); ++d) s.insert(s.end(), {t.size(d), t.stride(d)});
 }
 
-struct Recorded {
+// What every call's signature starts with: the stream it runs on (a graph and its memory serve one stream,
+// as the caching allocator's blocks do) and whether inference mode is on (its tensors are of another kind).
+static Signature call_signature() {
+  return {int64_t(c10::cuda::getCurrentCUDAStream().id()), int64_t(c10::InferenceMode::is_enabled())};
+}
+
+struct Recorded {  // (members go in this order: the tensors in the graph's pool are freed before the graph)
   std::unique_ptr<at::cuda::CUDAGraph> graph;
   Tensors outputs;    // what the graph writes (its own memory pool): handed out, replayed into when free again
-  Tensors copied_in;  // the buffers the graph reads the copied inputs from
-  int64_t last_used;
+  Tensors copied_in;  // the buffers (in its pool too) the graph reads the copied inputs from
+  std::vector<std::pair<void*, size_t>> memory;  // the outputs' memory when recorded
+  c10::DeviceIndex device = 0;
+  int64_t last_used = 0;
 };
 
-// No one but the graph holds any of its outputs (a view of one counts): a replay may overwrite them.
-static bool free_to_overwrite(const Tensors& outputs) {
-  for (const Tensor& t : outputs) {
-    if (t.storage().use_count() > 1) return false;
+// No one but the graph holds any of its outputs (a view of one counts), and each still has the memory the
+// graph writes (a caller may have resized one it held): a replay may overwrite them.
+static bool free_to_overwrite(const Recorded& r) {
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    const c10::Storage& s = r.outputs[i].storage();
+    if (s.use_count() > 1 || s.data_ptr().get() != r.memory[i].first || s.nbytes() != r.memory[i].second) return false;
   }
   return true;
 }
@@ -70,8 +83,8 @@ struct Graphs {
   int64_t calls = 0, replays = 0, records = 0, direct = 0;  // what graph_counts() reports
 };
 
-// A stream of our own per device to record on: capture is never on the default stream, and no other
-// work lands on a stream while it records.
+// A stream of our own per device to record on: capture is never on the default stream, and no other work
+// lands on it while it records (with streams=2 the backward's side stream is PyTorch's, joined before the end).
 static c10::cuda::CUDAStream capture_stream() {
   static std::mutex lock;
   static std::map<c10::DeviceIndex, cudaStream_t> streams;
@@ -85,6 +98,29 @@ static c10::cuda::CUDAStream capture_stream() {
   return c10::cuda::getStreamFromExternal(streams[device], device);
 }
 
+// No graph: the tensors in its pool freed first, then the graph (which releases the pool).
+static void discard(Recorded& r) {
+  r.outputs.clear();
+  r.copied_in.clear();
+  r.graph.reset();
+}
+
+static std::atomic<bool> recording_failed{false};  // after a failed recording, this process records no more
+
+// After a recording that failed part-way, the caching allocator may still route allocations to the graph's
+// pool (torch 2.11 stops that only once cudaStreamEndCapture succeeds): stop it and release the pool here.
+// Where torch already did both, each call refuses, which is fine.
+static void forget_capture(c10::DeviceIndex device, c10::cuda::MempoolId_t pool) {
+  try {
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(device, pool);
+  } catch (const std::exception&) {
+  }
+  try {
+    c10::cuda::CUDACachingAllocator::releasePool(device, pool);
+  } catch (const std::exception&) {
+  }
+}
+
 // `work(copied_in)` recorded into a new graph (captured, not run: its kernels and their pointers become the
 // graph's nodes, its allocations, outputs included, come from the graph's own memory pool), reading the copied
 // inputs from buffers of its own; no graph when it cannot be recorded, or when it used ATen's cuBLAS, whose
@@ -93,27 +129,36 @@ template <typename Work>
 static Recorded record(const Work& work, const Tensors& copied) {
   static std::mutex one_at_a_time;  // one capture stream per device, shared by every thread
   const std::lock_guard<std::mutex> hold(one_at_a_time);
-  Recorded made{std::make_unique<at::cuda::CUDAGraph>(), {}, {}, 0};
-  for (const Tensor& t : copied) made.copied_in.push_back(at::empty_like(t, at::MemoryFormat::Contiguous));
-  const c10::cuda::CUDAStreamGuard on(capture_stream());
-  const int64_t aten_before = lt_aten_matmuls;
+  Recorded made;
+  if (recording_failed) return made;
+  made.device = c10::cuda::current_device();
+  const c10::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+  bool capturing = false;
   try {
-    made.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    made.graph = std::make_unique<at::cuda::CUDAGraph>();
+    const c10::cuda::CUDAStreamGuard on(capture_stream());
+    const int64_t aten_before = lt_aten_matmuls;
+    made.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+    capturing = true;
+    for (const Tensor& t : copied) made.copied_in.push_back(at::empty_like(t, at::MemoryFormat::Contiguous));
     made.outputs = work(made.copied_in);
-  } catch (const std::exception&) {
-    try {
-      made.graph->capture_end();  // ends the capture, whatever it holds
-    } catch (const std::exception&) {
-    }
-    made.graph.reset();
-    return made;
-  }
-  try {
+    capturing = false;
     made.graph->capture_end();
+    for (const Tensor& t : made.outputs) made.memory.emplace_back(t.storage().data_ptr().get(), t.storage().nbytes());
+    if (lt_aten_matmuls != aten_before) discard(made);
   } catch (const std::exception&) {
-    made.graph.reset();
+    if (capturing) {
+      try {
+        made.graph->capture_end();  // ends the capture, whatever it holds
+      } catch (const std::exception&) {
+      }
+    }
+    made.outputs.clear();
+    made.copied_in.clear();
+    forget_capture(made.device, pool);
+    discard(made);
+    recording_failed = true;
   }
-  if (lt_aten_matmuls != aten_before) made.graph.reset();
   return made;
 }
 
@@ -137,7 +182,7 @@ static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& co
   std::unique_lock<std::mutex> hold(graphs.lock);
   ++graphs.calls;
   const auto found = graphs.recorded.find(sig);
-  if (found != graphs.recorded.end() && free_to_overwrite(found->second.outputs)) {
+  if (found != graphs.recorded.end() && free_to_overwrite(found->second)) {
     Recorded& r = found->second;
     for (size_t i = 0; i < copied.size(); ++i) r.copied_in[i].copy_(copied[i]);
     r.graph->replay();  // the host's cost of the call: this lookup, the copies and one cudaGraphLaunch
@@ -167,7 +212,7 @@ static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& co
     for (auto it = graphs.recorded.begin(); it != graphs.recorded.end(); ++it) {
       if (it->second.last_used < oldest->second.last_used) oldest = it;
     }
-    its_device = c10::DeviceIndex(oldest->first[1]);  // its first tensor's device
+    its_device = oldest->second.device;
     evicted = std::move(oldest->second.graph);
     graphs.recorded.erase(oldest);
   }
@@ -191,7 +236,7 @@ static Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, con
                                  const Tensor& old_cell) {
   check_inputs(input, weights, bias, old_h, old_cell);
   const c10::cuda::CUDAGuard device(input.device());
-  Signature sig;
+  Signature sig = call_signature();
   for (const Tensor* t : {&input, &weights, &bias, &old_h, &old_cell}) describe(sig, *t);
   const Tensors out = replay_or_record(forward_graphs, std::move(sig), {}, [&](const Tensors&) {
     Forward f;  // left undefined: allocated where first needed (in the graph's pool while it records)
@@ -205,7 +250,7 @@ static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell
                                    const Tensor& gates, const Tensor& X, const Tensor& weights) {
   check_backward_inputs(grad_h, grad_cell, new_cell, gates);
   const c10::cuda::CUDAGuard device(gates.device());
-  Signature sig;  // the incoming gradients are new tensors each step: copied in
+  Signature sig = call_signature();  // the incoming gradients are new tensors each step: copied in
   describe(sig, grad_h, /*copied_in=*/true);
   describe(sig, grad_cell, /*copied_in=*/true);
   for (const Tensor* t : {&new_cell, &gates, &X, &weights}) describe(sig, *t);
