@@ -313,7 +313,8 @@ def test_cuda_fast_float32_matmuls_go_through_cublaslt():
 def test_cuda_graph_replays_new_values_and_never_overwrites_a_held_output():
     """cuda-graph: a call with the inputs of an earlier one replays its graph (cudaGraphLaunch, no kernel
     launched one by one) into the graph's own outputs, and reads values changed in place since; while a
-    caller still holds those outputs, the call runs directly into new ones and the held ones stay right."""
+    caller still holds those outputs, the call runs directly into new ones, recording a second graph, and
+    the held ones stay right; from then on the two graphs take turns."""
     from torch.profiler import ProfilerActivity, profile
 
     dtype, lib = torch.float32, ops("cuda-graph")
@@ -328,27 +329,32 @@ def test_cuda_graph_replays_new_values_and_never_overwrites_a_held_output():
     def reference():
         return SPEC.lltm_reference(*(t.double() for t in x))
 
+    def counts():
+        return lib.graph_counts()[:3]  # forward: replays, records, direct
+
     with torch.no_grad():
         for _ in range(3):  # run directly, recorded, replayed
             out = fn(*x)
             del out
         first, want_first = fn(*x), reference()  # a replay: the graph's outputs, handed out
         x[0].mul_(-1)  # new values at the same address
-        before = lib.graph_counts()[:3]
-        second = fn(*x)  # `first` is held: run directly, into new outputs
-        assert lib.graph_counts()[:3] == [before[0], before[1], before[2] + 1]
+        before = counts()
+        second = fn(*x)  # `first` is held: run directly into new outputs, and a second graph recorded
+        assert counts() == [before[0], before[1] + 1, before[2]]
         assert_cell(second, reference())
         assert_cell(first, want_first)
         del first, second
-        x[3].mul_(0.5)  # changed since the graph was recorded
-        before = lib.graph_counts()[:3]
+        x[3].mul_(0.5)  # changed since the graphs were recorded
+        before = counts()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             third = fn(*x)  # free again: a replay, which must read x[0] and x[3]'s new values
             torch.cuda.synchronize()
-    assert lib.graph_counts()[:3] == [before[0] + 1, before[1], before[2]]
+        fourth = fn(*x)  # `third` is held: the second graph replays
+        assert counts() == [before[0] + 2, before[1], before[2]]
     names = {e.name for e in prof.events()}
     assert "cudaGraphLaunch" in names and not any("LaunchKernel" in n for n in names), sorted(names)
     assert_cell(third, reference())
+    assert_cell(fourth, reference())
 
 
 @pytest.mark.cuda

@@ -9,12 +9,14 @@
 // anew each step, so they are copied into the graph's own buffers first). The graph writes its outputs into
 // tensors of its own memory pool, and the call hands out those very tensors: a training loop drops them
 // before its next step, and the next call replays into them. While anyone still holds one (an earlier
-// step's outputs saved for a backward, say), the graph must not overwrite it, and the call runs directly,
-// as cuda-fast does, into new outputs. A call not seen before also runs directly; seen a second time, it
-// also records its graph (recording costs several calls' worth of host time: not worth paying for a
-// signature that never comes back). Each graph keeps its memory: at most kMaxGraphs graphs per direction;
-// then the one used longest ago makes room. A call whose matmuls went to ATen (float64) is never kept as a
-// graph: ATen's cuBLAS keeps a workspace per stream, which the graph would bake in and outlive.
+// step's outputs saved for a backward, say), the graph must not overwrite it: the call replays a second
+// graph of the same signature (kCopies), recorded the first time every copy was held, and where none is
+// free it runs directly, as cuda-fast does, into new outputs. A call not seen before also runs directly;
+// seen a second time, it also records its graph (recording costs several calls' worth of host time: not
+// worth paying for a signature that never comes back). Each graph keeps its memory: at most kMaxGraphs
+// graphs per direction; then the one used longest ago makes room. A call whose matmuls went to ATen
+// (float64) is never kept as a graph: ATen's cuBLAS keeps a workspace per stream, which the graph would
+// bake in and outlive.
 #include <cstdint>
 
 // cuda-fast's parameters (fwd_split, bwd_split, streams): this rung replays cuda-fast's work.
@@ -38,6 +40,8 @@ constexpr int kStreams = {{streams}};
 #include <vector>
 
 constexpr size_t kMaxGraphs = 16;  // per direction: a timing loop's rotating inputs need one each
+constexpr size_t kCopies = 2;  // graphs per signature: a loop holding one call's outputs while it makes the next
+                               // (out = cell(x): out is rebound only after the call) replays them in turn
 
 using Signature = std::vector<int64_t>;
 using Tensors = std::vector<Tensor>;
@@ -77,7 +81,8 @@ static bool free_to_overwrite(const Recorded& r) {
 
 struct Graphs {
   std::mutex lock;
-  std::map<Signature, Recorded> recorded;
+  std::map<Signature, std::vector<Recorded>> recorded;  // at most kCopies per signature
+  size_t count = 0;  // graphs kept, all signatures together
   std::set<Signature> seen;   // signatures run once, without a graph
   std::set<Signature> never;  // signatures whose recording failed: always run directly
   int64_t calls = 0, replays = 0, records = 0, direct = 0;  // what graph_counts() reports
@@ -172,6 +177,22 @@ static Tensors hand_out(const Tensors& outputs) {
   return out;
 }
 
+// The graph used longest ago, taken out of `graphs` (under its lock) to make room.
+static Recorded evict_oldest(Graphs& graphs) {
+  auto oldest = graphs.recorded.begin();
+  size_t at = 0;
+  for (auto it = graphs.recorded.begin(); it != graphs.recorded.end(); ++it) {
+    for (size_t k = 0; k < it->second.size(); ++k) {
+      if (it->second[k].last_used < oldest->second[at].last_used) oldest = it, at = k;
+    }
+  }
+  Recorded out = std::move(oldest->second[at]);
+  oldest->second.erase(oldest->second.begin() + at);
+  if (oldest->second.empty()) graphs.recorded.erase(oldest);
+  --graphs.count;
+  return out;
+}
+
 // The outputs of `work(copied)` (a call's kernels, on the current stream): a replay of the graph recorded for
 // `sig` when no one holds its outputs; otherwise `work` run directly, recorded too when `sig` came before.
 template <typename Work>
@@ -182,8 +203,10 @@ static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& co
   std::unique_lock<std::mutex> hold(graphs.lock);
   ++graphs.calls;
   const auto found = graphs.recorded.find(sig);
-  if (found != graphs.recorded.end() && free_to_overwrite(found->second)) {
-    Recorded& r = found->second;
+  std::vector<Recorded>* copies = found != graphs.recorded.end() ? &found->second : nullptr;
+  for (size_t k = 0; copies && k < copies->size(); ++k) {
+    Recorded& r = (*copies)[k];
+    if (!free_to_overwrite(r)) continue;
     for (size_t i = 0; i < copied.size(); ++i) r.copied_in[i].copy_(copied[i]);
     r.graph->replay();  // the host's cost of the call: this lookup, the copies and one cudaGraphLaunch
     r.last_used = graphs.calls;
@@ -193,7 +216,9 @@ static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& co
   for (auto* set : {&graphs.seen, &graphs.never}) {
     if (set->size() >= 4 * kMaxGraphs) set->clear();
   }
-  const bool again = found == graphs.recorded.end() && !graphs.seen.insert(sig).second && !graphs.never.count(sig);
+  // Recorded when seen before, or when every copy kept is held (while there is room for another).
+  const bool again = (found == graphs.recorded.end() ? !graphs.seen.insert(sig).second
+                                                     : found->second.size() < kCopies) && !graphs.never.count(sig);
   hold.unlock();
   Tensors out = work(copied);  // this call's results, as cuda-fast computes them
   Recorded made = again ? record(work, copied) : Recorded{};
@@ -204,27 +229,21 @@ static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& co
     return out;
   }
   graphs.seen.erase(sig);
-  if (graphs.recorded.count(sig)) return out;  // another thread recorded it meanwhile
-  std::unique_ptr<at::cuda::CUDAGraph> evicted;
-  c10::DeviceIndex its_device = 0;
-  if (graphs.recorded.size() >= kMaxGraphs) {  // the graph used longest ago makes room
-    auto oldest = graphs.recorded.begin();
-    for (auto it = graphs.recorded.begin(); it != graphs.recorded.end(); ++it) {
-      if (it->second.last_used < oldest->second.last_used) oldest = it;
-    }
-    its_device = oldest->second.device;
-    evicted = std::move(oldest->second.graph);
-    graphs.recorded.erase(oldest);
-  }
+  const auto kept = graphs.recorded.find(sig);
+  if (kept != graphs.recorded.end() && kept->second.size() >= kCopies) return out;  // another thread was first
+  Recorded evicted = graphs.count >= kMaxGraphs ? evict_oldest(graphs) : Recorded{};
   made.last_used = graphs.calls;
-  graphs.recorded.emplace(std::move(sig), std::move(made));
+  graphs.recorded[std::move(sig)].push_back(std::move(made));
+  ++graphs.count;
   ++graphs.records;
   hold.unlock();
-  if (evicted) {  // freed once no replay of it can still run; kept if the device cannot say so now
-    const c10::cuda::CUDAGuard on(its_device);
+  if (evicted.graph) {  // freed once no replay of it can still run; kept if the device cannot say so now
+    evicted.outputs.clear();
+    evicted.copied_in.clear();
+    const c10::cuda::CUDAGuard on(evicted.device);
     if (cudaDeviceSynchronize() != cudaSuccess) {
       (void)cudaGetLastError();
-      evicted.release();
+      evicted.graph.release();
     }
   }
   return out;
