@@ -193,8 +193,9 @@ static Recorded evict_oldest(Graphs& graphs) {
   return out;
 }
 
-// The outputs of `work(copied)` (a call's kernels, on the current stream): a replay of the graph recorded for
-// `sig` when no one holds its outputs; otherwise `work` run directly, recorded too when `sig` came before.
+// The outputs of `work(copied)` (a call's kernels, on the current stream): a replay of the first graph recorded
+// for `sig` whose outputs no one holds; otherwise `work` run directly, and recorded too when `sig` came before
+// and fewer than kCopies graphs of it are kept.
 template <typename Work>
 static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& copied, const Work& work) {
   if (c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
@@ -230,7 +231,10 @@ static Tensors replay_or_record(Graphs& graphs, Signature sig, const Tensors& co
   }
   graphs.seen.erase(sig);
   const auto kept = graphs.recorded.find(sig);
-  if (kept != graphs.recorded.end() && kept->second.size() >= kCopies) return out;  // another thread was first
+  if (kept != graphs.recorded.end() && kept->second.size() >= kCopies) {  // another thread was first
+    ++graphs.direct;
+    return out;
+  }
   Recorded evicted = graphs.count >= kMaxGraphs ? evict_oldest(graphs) : Recorded{};
   made.last_used = graphs.calls;
   graphs.recorded[std::move(sig)].push_back(std::move(made));
