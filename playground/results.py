@@ -156,7 +156,8 @@ def total(timings: dict) -> Stats:
     median = sum(t.median_s for t in parts)
     noise = math.sqrt(sum((t.noise * t.median_s) ** 2 for t in parts)) / median if median else 0.0  # independent steps
     clocks = [t.clock_mhz for t in parts if t.clock_mhz]  # the SM clock over every step's samples
-    clock = (min(c[0] for c in clocks), sorted(c[1] for c in clocks)[len(clocks) // 2], max(c[2] for c in clocks)) if clocks else None
+    middle = sorted(c[1] for c in clocks)[len(clocks) // 2] if clocks else None
+    clock = (min(c[0] for c in clocks), middle, max(c[2] for c in clocks)) if clocks else None
     return Stats(median, sum(t.q1_s for t in parts), sum(t.q3_s for t in parts), min(t.samples for t in parts),
                  parts[0].method + ", " + " + ".join(timings), noise=noise, dropped=max(t.dropped for t in parts),
                  clock_mhz=clock)

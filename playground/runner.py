@@ -115,7 +115,8 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     steps = {("variant", v): [spec.timings(spec.function(ops[v], v), x) for x in pool] for v in ops}
     steps |= {("baseline", b): [spec.timings(fn, x) for x in pool] for b, fn in baselines.items()}
     fns = {(*who, label): [s[label] for s in each] for who, each in steps.items() for label in each[0]}
-    outputs = trust.TimedOutputs(spec, pool, dtype, alive, {v: var.math for v, var in req.load_family().variants.items() if v in ops})
+    maths = {v: var.math for v, var in req.load_family().variants.items() if v in ops}  # tf32: its own tolerance
+    outputs = trust.TimedOutputs(spec, pool, dtype, alive, maths)
     stats, walls = _bench(spec, req, fns, device, lambda *seen: (outputs.observe(*seen), alive()))
     result.traffic, result.flops = nbytes or None, flops or None
     result.copy_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
