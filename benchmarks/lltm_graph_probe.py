@@ -1,6 +1,6 @@
 """Before a CUDA-graph rung of lltm: how near do graphs bring cuda-fast to 1.5x eager, forward and backward?
 
-    python3 benchmarks/lltm_graph_probe.py [--out DIR]
+    python3 benchmarks/lltm_graph_probe.py [--out DIR] [--runs 3]
 
 At (16, 32, 128) and (1024, 512, 1024), float32, each contender timed as lltm_bench.py times them (the
 forward on leaves that require grad; the backward as (new_h.sum() + new_cell.sum()).backward() on a fresh
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -101,10 +102,16 @@ def floor_lines(size, times: dict, works: dict) -> list[str]:
     return lines
 
 
+def median_of_runs(runs: list[dict]) -> dict:
+    """{key: {clock: µs}}, each the median of the runs' medians."""
+    return {k: {c: statistics.median(run[k][c] for run in runs) for c in runs[0][k]} for k in runs[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--budget", type=float, default=0.5)
+    ap.add_argument("--runs", type=int, default=3, help="timing runs; each figure is the median of their medians")
     args = ap.parse_args()
     ops, _ = build(lb.FAMILY, lb.FAMILY.variants[lb.FAST], lb.FAMILY.parse_params([]))
     fast = lb.SPEC.lltm_function(ops, lb.FAST)
@@ -121,7 +128,7 @@ def main() -> None:
         checks = {k: lb.check(f, inputs) for k, f in fns.items()}
         pairs = {(k, step): pair for k, f in fns.items() for step, pair in lb.SPEC.timings(f, inputs).items()}
         pairs.update(one_kernel(inputs))
-        times = lb.time_all(pairs, "cuda", args.budget)
+        times = median_of_runs([lb.time_all(pairs, "cuda", args.budget) for _ in range(args.runs)])
         eager = {step: times[("eager", step)]["wall"] for step in ("forward", "backward")}
         for k in fns:
             fw, bw = times[(k, "forward")]["wall"], times[(k, "backward")]["wall"]
@@ -136,7 +143,8 @@ def main() -> None:
     counts = dict(zip([f"{step} {what}" for step in ("forward", "backward") for what in ("replays", "records", "direct")],
                       graph_ops.graph_counts()))
     text = "\n".join([f"# lltm: CUDA graphs against the {TARGET}x target, {torch.cuda.get_device_name()}", "",
-                      "synchronized wall clock per call, median, each call after an untimed one of its own", "", *lines,
+                      f"synchronized wall clock per call, each call after an untimed one of its own; the median of "
+                      f"{args.runs} runs' medians", "", *lines,
                       "", f"cuda-graph over the whole run (checks, warm-ups, timing): {counts}", "",
                       "The floor: each contender's GPU kernel time per call (torch.profiler) plus the wall clock of a",
                       "call that launches one kernel (x * 2; its backward through autograd's engine), timed in the same",
