@@ -42,7 +42,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         lltm) step lltm-gpu 240 python3 benchmarks/lltm_bench.py --device cuda --out $R ;;
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
         lltm-small) step lltm-small 90 python3 cli.py run lltm --device cuda --variant all ;;
-        lltm-graph) step lltm-graph 240 python3 benchmarks/lltm_graph_probe.py --out $R ;;
+        lltm-graph) step lltm-graph 420 python3 benchmarks/lltm_graph_probe.py --out $R ;;  # three runs: about 3 minutes
         watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --edits 3 --device cuda --variant fast --file sum_fast.cu ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         build-units) step build-units 120 python3 benchmarks/build_units.py --out $R/build-units.md ;;
