@@ -48,6 +48,15 @@ struct Mma<double> {
   using In = double;
 };
 
+// What the tensor cores take: float rounded to TF32 (to nearest, wmma's conversion), double as it is.
+template <typename T>
+__device__ __forceinline__ T mma_input(T v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, float>) return wmma::__float_to_tf32(v);
+#endif
+  return v;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
 matmul_nt_tensor_core(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, int64_t ldb,
@@ -68,7 +77,8 @@ matmul_nt_tensor_core(const T* __restrict__ A, int64_t lda, const T* __restrict_
     for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], T(0));
   }
   for (int k0 = 0; k0 < K; k0 += BK) {
-    // The step's tiles, global -> shared, row by row: zeros outside the matrices add nothing.
+    // The step's tiles, global -> shared, row by row: zeros outside the matrices add nothing. float is
+    // rounded to TF32 once, here, so every warp's fragments load it ready.
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
       const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = i % (BK / 4) * 4;
@@ -76,28 +86,18 @@ matmul_nt_tensor_core(const T* __restrict__ A, int64_t lda, const T* __restrict_
       load4(A, lda, m0 + r, k0 + k, M, K, vec_a, a);
       load4(B, ldb, n0 + r, k0 + k, N, K, vec_b, b);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) As[r][k + j] = a[j], Bs[r][k + j] = b[j];
+      for (int j = 0; j < 4; ++j) As[r][k + j] = mma_input(a[j]), Bs[r][k + j] = mma_input(b[j]);
     }
     __syncthreads();
     for (int kk = 0; kk < BK; kk += F::K) {
-      // kplay:todo Load the warp's FM fragments of A and FN of B at kk (TF32-rounded), then mma_sync each pair.
+      // kplay:todo Load the warp's FM fragments of A and FN of B at kk, then mma_sync each pair.
       // kplay:why A fragment of B read column-major from Bs[n][k] is B^T's tile: C = A B^T needs no copy.
       wmma::fragment<wmma::matrix_a, F::M, F::N, F::K, typename F::In, wmma::row_major> a[FM];
       wmma::fragment<wmma::matrix_b, F::M, F::N, F::K, typename F::In, wmma::col_major> b[FN];
 #pragma unroll
-      for (int i = 0; i < FM; ++i) {
-        wmma::load_matrix_sync(a[i], &As[wm + i * F::M][kk], LD);
-        if constexpr (std::is_same_v<T, float>) {
-          for (int t = 0; t < a[i].num_elements; ++t) a[i].x[t] = wmma::__float_to_tf32(a[i].x[t]);
-        }
-      }
+      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(a[i], &As[wm + i * F::M][kk], LD);
 #pragma unroll
-      for (int j = 0; j < FN; ++j) {
-        wmma::load_matrix_sync(b[j], &Bs[wn + j * F::N][kk], LD);
-        if constexpr (std::is_same_v<T, float>) {
-          for (int t = 0; t < b[j].num_elements; ++t) b[j].x[t] = wmma::__float_to_tf32(b[j].x[t]);
-        }
-      }
+      for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(b[j], &Bs[wn + j * F::N][kk], LD);
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
 #pragma unroll
