@@ -25,18 +25,15 @@ static Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, con
                                  const Tensor& old_cell) {
   check_inputs(input, weights, bias, old_h, old_cell);
   const c10::cuda::CUDAGuard device(input.device());
-  Forward out;  // allocated as the work goes: X first (one launch), the matmul next, the rest after
-  lltm_forward_into(out, input, weights, bias, old_h, old_cell);
-  return out;
+  return lltm_forward_work(input, weights, bias, old_h, old_cell);
 }
 
 static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell, const Tensor& new_cell,
                                    const Tensor& gates, const Tensor& X, const Tensor& weights) {
   check_backward_inputs(grad_h, grad_cell, new_cell, gates);
   const c10::cuda::CUDAGuard device(gates.device());
-  BackwardOut out;
-  lltm_backward_into(out, grad_h, grad_cell, new_cell, gates, X, weights);
-  const auto& [d_input, d_weights, d_bias, d_X, d_old_cell] = out;
+  const auto [d_input, d_weights, d_bias, d_X, d_old_cell] =
+      lltm_backward_work(grad_h, grad_cell, new_cell, gates, X, weights);
   return {d_input, d_weights, d_bias, d_X.narrow(1, 0, new_cell.size(1)), d_old_cell};
 }
 

@@ -262,9 +262,8 @@ static Forward lltm_forward_cuda(const Tensor& input, const Tensor& weights, con
   Signature sig = call_signature();
   for (const Tensor* t : {&input, &weights, &bias, &old_h, &old_cell}) describe(sig, *t);
   const Tensors out = replay_or_record(forward_graphs, std::move(sig), {}, [&](const Tensors&) {
-    Forward f;  // left undefined: allocated where first needed (in the graph's pool while it records)
-    lltm_forward_into(f, input, weights, bias, old_h, old_cell);
-    return Tensors{std::get<0>(f), std::get<1>(f), std::get<2>(f), std::get<3>(f)};
+    const auto [new_h, new_cell, gates, X] = lltm_forward_work(input, weights, bias, old_h, old_cell);
+    return Tensors{new_h, new_cell, gates, X};  // (while it records, in the graph's own memory pool)
   });
   return {out[0], out[1], out[2], out[3]};
 }
@@ -278,9 +277,9 @@ static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell
   describe(sig, grad_cell, /*copied_in=*/true);
   for (const Tensor* t : {&new_cell, &gates, &X, &weights}) describe(sig, *t);
   const Tensors out = replay_or_record(backward_graphs, std::move(sig), {grad_h, grad_cell}, [&](const Tensors& g) {
-    BackwardOut b;  // left undefined: allocated where first needed
-    lltm_backward_into(b, g[0], g[1], new_cell, gates, X, weights);
-    return Tensors{std::get<0>(b), std::get<1>(b), std::get<2>(b), std::get<3>(b), std::get<4>(b)};
+    const auto [d_input, d_weights, d_bias, d_X, d_old_cell] =
+        lltm_backward_work(g[0], g[1], new_cell, gates, X, weights);
+    return Tensors{d_input, d_weights, d_bias, d_X, d_old_cell};
   });
   return {out[0], out[1], out[2], out[3].narrow(1, 0, new_cell.size(1)), out[4]};
 }
