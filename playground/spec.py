@@ -103,9 +103,9 @@ def _own(path, hook: str, fn: Callable | None) -> Callable | None:
     if fn is None:
         return None
 
-    def guarded(*args):
+    def guarded(*args, **kwargs):
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except UsageError:
             raise
         except Exception as e:

@@ -215,7 +215,7 @@ def test_tf32_tolerance_passes_tf32_products_and_fails_a_skipped_percent_of_k(sh
     """cuda-tensor-core's bound (task.toml's math = "tf32"): TF32 products pass for all three products; y with
     the last 1% of k skipped (one term at least) fails it."""
     x, w, b, gy = seeded(shape, torch.float32)
-    tols, source = spec.tolerance(x, w, b, gy, torch.float32, math="tf32")
+    tols, source = specs.tolerance_for(specs.load(FAMILY), (x, w, b, gy), torch.float32, "tf32")  # the engine's path
     ref = spec.reference(x, w, b, gy)
     assert compare(tf32_outputs(x, w, b, gy), ref, tols, source, "", spec.OUTPUTS).ok
     skipped = tf32_outputs(x, w, b, gy, k_kept=x.shape[1] - -(-x.shape[1] // 100))
@@ -229,7 +229,8 @@ def test_tf32_needs_its_own_tolerance_and_float64_keeps_its_own():
     ref = spec.reference(x, w, b, gy)
     assert not compare(tf32_outputs(x, w, b, gy)[0], ref[0], spec.tolerance(x, w, b, gy, torch.float32)[0][0], "").ok
     x64 = [t.double() for t in (x, w, b, gy)]
-    assert spec.tolerance(*x64, torch.float64, math="tf32") == spec.tolerance(*x64, torch.float64)
+    loaded = specs.load(FAMILY)
+    assert specs.tolerance_for(loaded, x64, torch.float64, "tf32") == specs.tolerance_for(loaded, x64, torch.float64)
 
 
 class WrongBackward(torch.autograd.Function):
