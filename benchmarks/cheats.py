@@ -29,6 +29,15 @@ def kplay(*args: str) -> tuple[int, str]:
     return done.returncode, (done.stdout + done.stderr).rstrip()
 
 
+def with_n(argv: list[str], n: str) -> list[str]:
+    """The manifest's arguments with its --n, if any, replaced by n (kplay refuses an option given twice)."""
+    out = list(argv)
+    if "--n" in out:
+        out[out.index("--n") + 1] = n
+        return out
+    return [*out, "--n", n]
+
+
 def section(title: str, rc: int, expected: int, output: str) -> str:
     mark = "as expected" if rc == expected else f"EXPECTED {expected}"
     return f"## {title}: exit {rc} ({mark})\n\n```\n{output}\n```\n"
@@ -46,7 +55,7 @@ def main() -> None:
             if entry.get("mode") != "cuda":
                 continue
             folder = wrong_folder(Path(tmp) / entry["name"], family, entry)
-            rc, out = kplay(str(folder), "--device", "cuda", *entry.get("args", []), "--n", args.n)
+            rc, out = kplay(str(folder), "--device", "cuda", *with_n(entry.get("args", []), args.n))
             parts.append(section(f"{family}/{entry['name']}", rc, entry["exit"], out))
             if entry["says"] not in " ".join(out.split()):
                 parts.append(f"**Missing from the verdict:** {entry['says']!r}\n")
