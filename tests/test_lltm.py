@@ -398,8 +398,7 @@ def test_cuda_graph_runs_float64_directly():
 def test_cuda_graph_replays_forward_and_backward_right(shape, params):
     """cuda-graph in training: the same step again and again (leaves cloned each time, at the same addresses
     once the allocator has settled) runs directly, records, then replays both directions, and the replayed
-    step's seven outputs are right. The backward replays two steps after the forward: once the forward
-    replays, the tensors it saved for the backward are the graph's, at addresses of their own."""
+    step's seven outputs are right."""
     lib = ops("cuda-graph", **params)
     fn = SPEC.lltm_function(lib, "cuda-graph")
     xs = inputs(shape, torch.float32, "cuda")
@@ -415,6 +414,29 @@ def test_cuda_graph_replays_forward_and_backward_right(shape, params):
             break
     assert replayed, (before, after)
     for name, o, r, tol in zip(NAMES, out, ref, tols):
+        assert (o.double() - r).abs().max().item() <= tol, name
+
+
+@pytest.mark.cuda
+def test_cuda_graph_backward_replays_after_forwards_that_ran_directly():
+    """The backward copies in what the forward saved: with new inputs each step (kept, so every forward runs
+    directly, its outputs at new addresses) and the same weights, the backward records once and then
+    replays, and its gradients are right."""
+    lib = ops("cuda-graph")
+    fn = SPEC.lltm_function(lib, "cuda-graph")
+    xs = inputs((16, 32, 128), torch.float32, "cuda")
+    ref, (tols, _) = SPEC.reference(*xs), SPEC.tolerance(*xs, torch.float32)
+    weights, kept, got, before = xs[1].detach().clone().requires_grad_(), [], None, lib.graph_counts()
+    for _ in range(5):  # directly, directly and recorded, then replays
+        got = None  # the last step's gradients let go: the graph may replay into them
+        leaves = [x.detach().clone().requires_grad_() for x in xs[:5]]
+        leaves[1] = weights
+        kept.append(leaves)
+        new_h, new_cell = fn(*leaves)
+        got = (new_h.detach(), new_cell.detach(), *torch.autograd.grad((new_h, new_cell), leaves, tuple(xs[5:])))
+    after = lib.graph_counts()
+    assert after[0] == before[0] and after[3] - before[3] == 3 and after[4] - before[4] == 1, (before, after)
+    for name, o, r, tol in zip(NAMES, got, ref, tols):
         assert (o.double() - r).abs().max().item() <= tol, name
 
 

@@ -5,18 +5,18 @@
 // GPU, with the host out of the way.
 //
 // A graph replays exactly what it recorded, pointers included. So a graph is kept per call signature: the
-// inputs' addresses, sizes and strides (the incoming gradients' sizes and strides only: autograd makes them
-// anew each step, so they are copied into the graph's own buffers first). The graph writes its outputs into
-// tensors of its own memory pool, and the call hands out those very tensors: a training loop drops them
-// before its next step, and the next call replays into them. While anyone still holds one (an earlier
-// step's outputs saved for a backward, say), the graph must not overwrite it: the call replays a second
-// graph of the same signature (kCopies), recorded the first time every copy was held, and where none is
-// free it runs directly, as cuda-fast does, into new outputs. A call not seen before also runs directly;
-// seen a second time, it also records its graph (recording costs several calls' worth of host time: not
-// worth paying for a signature that never comes back). Each graph keeps its memory: at most kMaxGraphs
-// graphs per direction; then the one used longest ago makes room. A call whose matmuls went to ATen
-// (float64) is never kept as a graph: ATen's cuBLAS keeps a workspace per stream, which the graph would
-// bake in and outlive.
+// inputs' addresses, sizes and strides (for the backward's incoming gradients and the forward's saved tensors,
+// sizes and strides only: they are new tensors each step, so they are copied into the graph's own buffers).
+// The graph writes its outputs into tensors of its own memory pool, and the call hands out those very tensors:
+// a training loop drops them before its next step, and the next call replays into them. While anyone still
+// holds one (an earlier step's outputs saved for a backward, say), the graph must not overwrite it: the call
+// replays a second graph of the same signature (kCopies), recorded the first time every copy was held, and
+// where none is free it runs directly, as cuda-fast does, into new outputs. A call not seen before also runs
+// directly; seen a second time, it also records its graph (recording costs several calls' worth of host time:
+// not worth paying for a signature that never comes back). Each graph keeps its memory: at most kMaxGraphs
+// graphs per direction; then the one used longest ago makes room. A call whose matmuls went to ATen (float64)
+// is never kept as a graph: ATen's cuBLAS keeps a workspace per stream, which the graph would bake in and
+// outlive.
 #include <cstdint>
 
 // cuda-fast's parameters (fwd_split, bwd_split, streams): this rung replays cuda-fast's work.
@@ -151,7 +151,8 @@ static Recorded record(const Work& work, const Tensors& copied) {
     made.graph->capture_end();
     for (const Tensor& t : made.outputs) made.memory.emplace_back(t.storage().data_ptr().get(), t.storage().nbytes());
     if (lt_aten_matmuls != aten_before) discard(made);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    TORCH_WARN("cuda-graph: recording a graph failed, so every call from now on runs directly: ", e.what());
     if (capturing) {
       try {
         made.graph->capture_end();  // ends the capture, whatever it holds
@@ -272,13 +273,15 @@ static Backward lltm_backward_cuda(const Tensor& grad_h, const Tensor& grad_cell
                                    const Tensor& gates, const Tensor& X, const Tensor& weights) {
   check_backward_inputs(grad_h, grad_cell, new_cell, gates);
   const c10::cuda::CUDAGuard device(gates.device());
-  Signature sig = call_signature();  // the incoming gradients are new tensors each step: copied in
-  describe(sig, grad_h, /*copied_in=*/true);
-  describe(sig, grad_cell, /*copied_in=*/true);
-  for (const Tensor* t : {&new_cell, &gates, &X, &weights}) describe(sig, *t);
-  const Tensors out = replay_or_record(backward_graphs, std::move(sig), {grad_h, grad_cell}, [&](const Tensors& g) {
+  // Copied in: the incoming gradients (new tensors each step) and what the forward saved (wherever that
+  // forward's outputs went: a forward that ran directly put them at new addresses).
+  const Tensors copied{grad_h, grad_cell, new_cell, gates, X};
+  Signature sig = call_signature();
+  for (const Tensor& t : copied) describe(sig, t, /*copied_in=*/true);
+  describe(sig, weights);
+  const Tensors out = replay_or_record(backward_graphs, std::move(sig), copied, [&](const Tensors& g) {
     const auto [d_input, d_weights, d_bias, d_X, d_old_cell] =
-        lltm_backward_work(g[0], g[1], new_cell, gates, X, weights);
+        lltm_backward_work(g[0], g[1], g[2], g[3], g[4], weights);
     return Tensors{d_input, d_weights, d_bias, d_X, d_old_cell};
   });
   return {out[0], out[1], out[2], out[3].narrow(1, 0, new_cell.size(1)), out[4]};
