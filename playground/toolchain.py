@@ -197,7 +197,8 @@ def remark_flags() -> list[str]:
 def cpu_model() -> str:
     """The CPU's model name (a cache shared between machines must not mix -march=native builds)."""
     try:
-        return next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+        with open("/proc/cpuinfo") as info:
+            return next(ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
 

@@ -74,22 +74,36 @@ def test_the_ladder_row_is_the_median_run_and_its_verdict_needs_every_rung_to_cl
     assert verdict["tensor_cores"] == [("cuda-tensor-core", pytest.approx(50.0), True)]
 
 
-def test_the_graph_probes_figures_are_medians_of_its_runs_and_its_floor_adds_a_one_kernel_call():
+def test_the_graph_probes_figures_are_medians_of_its_runs_and_its_floor_adds_the_null_cell():
     import lltm_graph_probe as probe
 
-    runs = [{("eager", "forward"): {"wall": w}, ("one kernel", "forward"): {"wall": 40.0 + d},
-             ("eager", "backward"): {"wall": 900.0}, ("one kernel", "backward"): {"wall": 200.0},
+    runs = [{("eager", "forward"): {"wall": w}, ("null cell", "forward"): {"wall": 40.0 + d},
+             ("eager", "backward"): {"wall": 900.0}, ("null cell", "backward"): {"wall": 200.0},
              ("cuda-graph", "forward"): {"wall": 280.0}, ("cuda-graph", "backward"): {"wall": 700.0},
              ("cuda-fast", "forward"): {"wall": 300.0}, ("cuda-fast", "backward"): {"wall": 750.0}}
             for w, d in ((420.0, 5), (400.0, 0), (410.0, 10))]
     times = probe.median_of_runs(runs)
-    assert times[("eager", "forward")]["wall"] == 410.0 and times[("one kernel", "forward")]["wall"] == 45.0
-    lines = probe.floor_lines((1024, 512, 1024), times, {"cuda-graph": (240.0, 500.0), "cuda-fast": (200.0, 300.0)})
-    # kernels + the one-kernel call against eager / 1.5 (273.3 forward, 600 backward)
+    assert times[("eager", "forward")]["wall"] == 410.0 and times[("null cell", "forward")]["wall"] == 45.0
+    works = {"cuda-graph": (240.0, 510.0), "cuda-fast": (200.0, 310.0), "null cell": (0.0, 10.0)}
+    lines = probe.floor_lines((1024, 512, 1024), times, works)
+    # the null cell's wall + the kernels beyond its own, against eager / 1.5 (273.3 forward, 600 backward)
+    assert len(lines) == 4
     assert lines[0].endswith("| forward | 240.0 | 45.0 | 285.0 | 1.44 | 1.46 | 273.3 | NO |")
     assert lines[1].endswith("| backward | 500.0 | 200.0 | 700.0 | 1.29 | 1.29 | 600.0 | NO |")
     assert lines[2].endswith("| forward | 200.0 | 45.0 | 245.0 | 1.67 | 1.37 | 273.3 | fits |")
     assert lines[3].endswith("| backward | 300.0 | 200.0 | 500.0 | 1.80 | 1.20 | 600.0 | fits |")
+
+
+def test_the_null_cell_computes_nothing_and_its_backward_gives_five_gradients_shaped_as_the_inputs():
+    import torch
+
+    import lltm_graph_probe as probe
+
+    leaves = [torch.randn(s, requires_grad=True) for s in ((4, 3), (15, 8), (15,), (4, 5), (4, 5))]
+    new_h, new_cell = probe.NullCell.apply(*leaves)
+    assert new_h.shape == (4, 5) and new_cell.shape == (4, 5)
+    (new_h.sum() + new_cell.sum()).backward()
+    assert [x.grad.shape for x in leaves] == [x.shape for x in leaves]
 
 
 def test_sum_gpu_says_where_fast_is_behind_torch_sum():
