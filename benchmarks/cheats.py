@@ -31,10 +31,13 @@ def kplay(*args: str) -> tuple[int, str]:
 
 def with_n(argv: list[str], n: str) -> list[str]:
     """The manifest's arguments with its --n, if any, replaced by n (kplay refuses an option given twice)."""
-    out = list(argv)
-    if "--n" in out:
-        out[out.index("--n") + 1] = n
-        return out
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--n":
+            i += 2
+            continue
+        out += [] if argv[i].startswith("--n=") else [argv[i]]
+        i += 1
     return [*out, "--n", n]
 
 

@@ -5,50 +5,64 @@ the order of things are what to read.
 
     python3 benchmarks/lltm_graph_timeline.py > lltm-graph-timeline.txt
 """
-import sys, warnings, time
-sys.path.insert(0, "benchmarks")
-warnings.simplefilter("always")
-import torch
-import lltm_bench as lb
-from playground.build import build
-from playground import timing
-ops, _ = build(lb.FAMILY, lb.FAMILY.variants["cuda-graph"], lb.FAMILY.parse_params([]))
-fn = lb.SPEC.lltm_function(ops, "cuda-graph")
-fast_ops, _ = build(lb.FAMILY, lb.FAMILY.variants[lb.FAST], lb.FAMILY.parse_params([]))
-fast = lb.SPEC.lltm_function(fast_ops, lb.FAST)
-c = lambda: list(ops.graph_counts())
-for size in lb.SIZES["cuda"]:
-    inputs = lb.inputs_for(size, "cuda")
-    print(size, "start", c())
-    print("check", lb.check(fn, inputs)["ok"], c())
-    steps = lb.SPEC.timings(fn, inputs)
-    fsteps = lb.SPEC.timings(fast, inputs)
-    for name in ("forward", "backward"):
-        for label, st in (("graph", steps), ("fast", fsteps)):
-            s = timing.bench({name: st[name]}, "cuda", 0.5, wall=True, warm=True)[name]
-            print(label, name, f"{s.median_s*1e6:.1f} us", c())
-    # raw loop: backward pattern, timed per call
-    prep, run = steps["backward"]
-    ts = []
-    for i in range(30):
-        a = prep(); torch.cuda.synchronize(); t = time.perf_counter(); run(*a); torch.cuda.synchronize(); ts.append(time.perf_counter() - t)
-    ts.sort(); print("raw bwd loop median", ts[15]*1e6, c())
 
-# timeline of one warm backward round at the large size, cuda-fast and cuda-graph
-from torch.profiler import profile, ProfilerActivity
-inputs = lb.inputs_for(lb.SIZES["cuda"][1], "cuda")
-for label, f in (("fast", fast), ("graph", fn)):
-    prep, run = lb.SPEC.timings(f, inputs)["backward"]
-    for _ in range(5):
-        a = prep(); run(*a)
-    a = prep(); run(*a); a = prep(); torch.cuda.synchronize()
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+import lltm_bench as lb  # noqa: E402
+from playground import timing  # noqa: E402
+from playground.build import build  # noqa: E402
+
+
+def cell(variant: str):
+    ops, _ = build(lb.FAMILY, lb.FAMILY.variants[variant], lb.FAMILY.parse_params([]))
+    return ops, lb.SPEC.lltm_function(ops, variant)
+
+
+def timeline(fn, inputs) -> list[str]:
+    """Each GPU activity of one warm backward round, its start (µs from the round's first event) and length."""
+    prepare, run = lb.SPEC.timings(fn, inputs)["backward"]
+    for _ in range(6):
+        run(*prepare())
+    args = prepare()
+    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        t = time.perf_counter(); run(*a); torch.cuda.synchronize(); wall = time.perf_counter() - t
-    evs = sorted(prof.events(), key=lambda e: e.time_range.start)
-    t0 = evs[0].time_range.start
-    print(f"--- {label} backward round, wall {wall*1e6:.0f} us (profiled)")
-    for e in evs:
-        gpu = e.device_type == torch.autograd.DeviceType.CUDA
-        if gpu or e.cpu_parent is None or "cuda" in e.name.lower() and "Launch" in e.name:
-            print(f"{'GPU' if gpu else 'CPU'} {e.time_range.start - t0:8.1f} +{e.time_range.elapsed_us():7.1f}  {e.name[:70]}")
-    print(c())
+        start = time.perf_counter()
+        run(*args)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    t0 = events[0].time_range.start
+    lines = [f"wall {wall * 1e6:.0f} µs (profiled)"]
+    lines += [f"GPU {e.time_range.start - t0:8.1f} +{e.time_range.elapsed_us():7.1f}  {e.name[:70]}"
+              for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    return lines
+
+
+def main() -> None:
+    graph_ops, graph = cell("cuda-graph")
+    _, fast = cell(lb.FAST)
+    for size in lb.SIZES["cuda"]:
+        inputs = lb.inputs_for(size, "cuda")
+        print(size, "checked:", lb.check(graph, inputs)["ok"], "counts:", list(graph_ops.graph_counts()))
+        for step in ("forward", "backward"):
+            for label, fn in (("cuda-graph", graph), ("cuda-fast", fast)):
+                pair = lb.SPEC.timings(fn, inputs)[step]
+                t = timing.bench({step: pair}, "cuda", 0.5, wall=True, warm=True)[step]
+                print(f"{label} {step} {t.median_s * 1e6:.1f} µs, counts {list(graph_ops.graph_counts())}")
+    inputs = lb.inputs_for(lb.SIZES["cuda"][1], "cuda")
+    for label, fn in (("cuda-fast", fast), ("cuda-graph", graph)):
+        print(f"--- {label} backward round,", "\n".join(timeline(fn, inputs)))
+    print("counts:", list(graph_ops.graph_counts()))
+
+
+if __name__ == "__main__":
+    main()
