@@ -10,8 +10,8 @@ graph replay after the inputs are copied into its static buffers. A graphed call
 output buffers every call (the next call overwrites them), so "+ clone" also copies the outputs out, as
 an op that returns fresh tensors must. The floor a graph rung can reach is the graphed rows; whether 1.5x
 eager is within it, the ratios say. Last, the rung itself: cuda-graph, a graph per call signature in C++; and
-the floor, an estimate: the wall clock of a null cell (the same autograd nodes, no work) plus the GPU time
-of each contender's kernels beyond the null cell's, against the time 1.5x eager leaves.
+the floor: the wall clock of a null cell (cuda-fast's op and autograd, no work) plus the GPU time of each
+contender's kernels beyond the null cell's, against the time 1.5x eager leaves.
 Checked against the float64 reference first (lltm_bench.check).
 """
 
@@ -74,21 +74,18 @@ def gpu_work(fn, inputs) -> tuple[float, float]:
     return fw, both - alone
 
 
-class NullCell(torch.autograd.Function):
-    """The cell with no work: outputs and gradients allocated, never computed. Timed as the cell is, it is
-    what a call pays besides the cell's own kernels: the Python call, autograd's engine with the same nodes
-    (the timing's sums, the cell's backward, five gradients accumulated), the allocations, the sync. Its
-    autograd is Python's, where cuda-fast's is C++ (which saved 14 µs forward and 60-75 µs backward in
-    lltm-h200-s18-8f70431.md's "py autograd" row), so the floor it gives is high by about that much."""
+def null_cell():
+    """The cell with no work (lltm_null.cpp): cuda-fast's op and C++ autograd, its forward and backward only
+    allocating their outputs. Timed as the cell is, it is what a call pays besides the cell's own kernels: the
+    Python call, autograd's engine with the same nodes (the timing's sums, the cell's backward, five gradients
+    accumulated), the allocations, the sync."""
+    from torch.utils.cpp_extension import load
 
-    @staticmethod
-    def forward(ctx, input, weights, bias, old_h, old_cell):
-        ctx.like = (input, weights, bias, old_h, old_cell)
-        return torch.empty_like(old_h), torch.empty_like(old_cell)
-
-    @staticmethod
-    def backward(ctx, grad_h, grad_cell):
-        return tuple(torch.empty_like(t) for t in ctx.like)
+    here = Path(__file__).resolve().parent
+    load(name="kplay_null_lltm", sources=[str(here / "lltm_null.cpp")], is_python_module=False,
+         extra_include_paths=[str(here.parent / "snippets" / "lltm")],
+         extra_cflags=["-O2", "-std=c++20", "-DKPLAY_NS=kplay_null"])
+    return torch.ops.kplay_null.lltm.default
 
 
 NULL = "null cell"
@@ -125,6 +122,7 @@ def main() -> None:
     fast = lb.SPEC.lltm_function(ops, lb.FAST)
     graph_ops, _ = build(lb.FAMILY, lb.FAMILY.variants["cuda-graph"], lb.FAMILY.parse_params([]))
     graph_rung = lb.SPEC.lltm_function(graph_ops, "cuda-graph")  # the rung: a graph per call signature, in C++
+    null = null_cell()
     lines, record = ["| size | contender | check | forward µs | x eager | backward µs | x eager |", "|---|---|---|---|---|---|---|"], []
     floors = ["| size | contender | step | its GPU kernels µs | null cell µs | floor µs | best x eager | now x eager | "
               "1.5x eager needs ≤ µs | fits |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -135,7 +133,7 @@ def main() -> None:
                "cuda-graph": graph_rung}
         checks = {k: lb.check(f, inputs) for k, f in fns.items()}
         pairs = {(k, step): pair for k, f in fns.items() for step, pair in lb.SPEC.timings(f, inputs).items()}
-        pairs.update({(NULL, step): pair for step, pair in lb.SPEC.timings(NullCell.apply, inputs).items()})
+        pairs.update({(NULL, step): pair for step, pair in lb.SPEC.timings(null, inputs).items()})
         times = median_of_runs([lb.time_all(pairs, "cuda", args.budget) for _ in range(args.runs)])
         eager = {step: times[("eager", step)]["wall"] for step in ("forward", "backward")}
         for k in fns:
@@ -147,7 +145,7 @@ def main() -> None:
         lines.append(f"| {size} | {NULL} (no work) | - | {null[0]:.1f} | | {null[1]:.1f} | |")
         record.append({"size": size, "contender": NULL, "forward_us": null[0], "backward_us": null[1]})
         works = {k: gpu_work(fns[k], inputs) for k in ("eager", "cuda-fast", "cuda-graph")}
-        works[NULL] = gpu_work(NullCell.apply, inputs)
+        works[NULL] = gpu_work(null, inputs)
         floors += floor_lines(size, times, works)
     counts = dict(zip([f"{step} {what}" for step in ("forward", "backward") for what in ("replays", "records", "direct")],
                       graph_ops.graph_counts()))
@@ -155,14 +153,13 @@ def main() -> None:
                       f"synchronized wall clock per call, each call after an untimed one of its own; the median of "
                       f"{args.runs} runs' medians", "", *lines,
                       "", f"cuda-graph over the whole run (checks, warm-ups, timing): {counts}", "",
-                      "The floor, an estimate: the wall clock of a null cell, timed in the same loop (a Python",
-                      "autograd.Function that allocates its outputs and gradients and computes nothing: the call,",
-                      "autograd's engine with the same nodes, the timing's sums, the sync), plus the GPU time of the",
-                      "contender's own kernels per call (torch.profiler, less the null cell's). Only the host's work",
-                      "after the cell's kernels are launched can hide behind them; cuda-fast's C++ autograd costs less",
-                      "than the null cell's Python one (14 µs forward, 60-75 µs backward in lltm-h200-s18-8f70431.md).",
-                      "'best x eager' is eager's wall clock over that floor, 'now' over the contender's own; where the",
-                      "floor is above what 1.5x eager allows (eager / 1.5), no host saving reaches 1.5x.",
+                      "The floor: the wall clock of a null cell, timed in the same loop (lltm_null.cpp: cuda-fast's",
+                      "op and C++ autograd, allocating its outputs and computing nothing: the call, autograd's engine",
+                      "with the same nodes, the timing's sums, the sync), plus the GPU time of the contender's own",
+                      "kernels per call (torch.profiler, less the null cell's). Only the host's work after the cell's",
+                      "kernels are launched can hide behind them, so no synchronized call of that contender is much",
+                      "faster. 'best x eager' is eager's wall clock over that floor, 'now' over the contender's own;",
+                      "where the floor is above what 1.5x eager allows (eager / 1.5), no host saving reaches 1.5x.",
                       "", *floors])
     print(text)
     if args.out:
