@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes) pool pool-tests notebook watch ladder sum linear
-#            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph
+#            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
@@ -43,6 +43,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
         lltm-small) step lltm-small 90 python3 cli.py run lltm --device cuda --variant all ;;
         lltm-graph) step lltm-graph 420 python3 benchmarks/lltm_graph_probe.py --out $R ;;  # three runs: about 3 minutes
+        lltm-timeline) step lltm-timeline 200 python3 benchmarks/lltm_graph_timeline.py ;;
         watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --edits 3 --device cuda --variant fast --file sum_fast.cu ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         build-units) step build-units 120 python3 benchmarks/build_units.py --out $R/build-units.md ;;
