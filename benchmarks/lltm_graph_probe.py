@@ -141,9 +141,9 @@ def main() -> None:
             lines.append(f"| {size} | {k} | {'pass' if checks[k]['ok'] else 'FAIL'} | {fw:.1f} | {eager['forward'] / fw:.2f} | "
                          f"{bw:.1f} | {eager['backward'] / bw:.2f} |")
             record.append({"size": size, "contender": k, **checks[k], "forward_us": fw, "backward_us": bw})
-        null = [times[(NULL, step)]["wall"] for step in ("forward", "backward")]
-        lines.append(f"| {size} | {NULL} (no work) | - | {null[0]:.1f} | | {null[1]:.1f} | |")
-        record.append({"size": size, "contender": NULL, "forward_us": null[0], "backward_us": null[1]})
+        null_us = [times[(NULL, step)]["wall"] for step in ("forward", "backward")]
+        lines.append(f"| {size} | {NULL} (no work) | - | {null_us[0]:.1f} | | {null_us[1]:.1f} | |")
+        record.append({"size": size, "contender": NULL, "forward_us": null_us[0], "backward_us": null_us[1]})
         works = {k: gpu_work(fns[k], inputs) for k in ("eager", "cuda-fast", "cuda-graph")}
         works[NULL] = gpu_work(null, inputs)
         floors += floor_lines(size, times, works)
