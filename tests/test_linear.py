@@ -233,6 +233,21 @@ def test_tf32_needs_its_own_tolerance_and_float64_keeps_its_own():
     assert specs.tolerance_for(loaded, x64, torch.float64, "tf32") == specs.tolerance_for(loaded, x64, torch.float64)
 
 
+def test_the_timing_guard_judges_a_tf32_variant_by_tf32s_tolerance():
+    """trust.TimedOutputs, as kplay run builds it (the engine's loaded spec, each variant's task.toml math): TF32
+    products pass for the variant that says math = "tf32" and fail a float32 variant's bound."""
+    from playground import trust
+
+    x, w, b, gy = seeded((1000, 1000, 1023), torch.float32)
+    guard = trust.TimedOutputs(specs.load(FAMILY), [(x, w, b, gy)], torch.float32,
+                               maths={v: var.math for v, var in FAMILY.variants.items()})
+    y = tf32_outputs(x, w, b, gy)[0]
+    for variant in ("cuda-tensor-core", "cuda-tiled"):
+        guard.observe(("variant", variant, "forward"), 0, y)
+    assert guard.findings("cuda-tensor-core", {"forward": None}) == []
+    assert "y off by" in guard.findings("cuda-tiled", {"forward": None})[0]
+
+
 class WrongBackward(torch.autograd.Function):
     """F.linear's forward with a broken backward, chosen by `bug`."""
 
