@@ -2,7 +2,8 @@
 // The GPU idles until the forward's matmul is launched, so every microsecond of host work before that launch
 // counts. Two costs are avoided here:
 // - at::mm and at::bmm call cuBLAS, which chooses its kernel on every call. cuBLASLt separates the choice
-//   from the call: a plan (matrix descriptors and the heuristic's first algorithm) is made once per shape.
+//   from the call: a plan (matrix descriptors and an algorithm) is made once per shape. The algorithm is the
+//   fastest of the heuristic's first few, timed on first use: its first is not always the fastest.
 // - a transposed or sliced view is a dispatcher call each; a Mat describes the same memory without one.
 // float32 only, computed in float32 as PyTorch does by default (allow_tf32 is not consulted: never TF32);
 // float64, matrices with no unit stride, and shapes cuBLASLt has no algorithm for go to ATen.
@@ -11,12 +12,14 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cublasLt.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -75,8 +78,48 @@ inline uint32_t lt_alignment(const void* p) {
   return bytes;
 }
 
-// The heuristic's first algorithm for the plan's descriptors, given the operands' alignments.
-inline void lt_choose(LtPlan& plan, const std::array<uint32_t, 3>& align) {
+// Where the operands are: a plan is chosen on the call that first needs it, with that call's own matrices.
+struct LtCall {
+  const float *a, *b;  // cuBLASLt's a and b: the caller's b and a (out^T = b^T a^T)
+  float* out;
+  cudaStream_t stream;
+  at::TensorOptions options;  // for a workspace: bytes, on out's device
+};
+
+// One matmul with the plan's descriptors and the given algorithm; its workspace from PyTorch's caching allocator.
+inline cublasStatus_t lt_launch(const LtPlan& plan, const cublasLtMatmulAlgo_t& algo, size_t workspace,
+                                const LtCall& call) {
+  at::Tensor space;  // on the current stream, which is the call's
+  if (workspace > 0) space = at::empty({int64_t(workspace)}, call.options);
+  const float one = 1, zero = 0;
+  return cublasLtMatmul(plan.handle, plan.desc, &one, call.a, plan.a, call.b, plan.b, &zero, call.out, plan.out,
+                        call.out, plan.out, &algo, workspace > 0 ? space.data_ptr() : nullptr, workspace, call.stream);
+}
+
+// Milliseconds for kLtTimed calls of one algorithm after an untimed one (CUDA events); infinity if it fails.
+constexpr int kLtCandidates = 8, kLtTimed = 3;
+inline float lt_time(const LtPlan& plan, const cublasLtMatmulHeuristicResult_t& result, const LtCall& call) {
+  cudaEvent_t start, stop;
+  C10_CUDA_CHECK(cudaEventCreate(&start));
+  C10_CUDA_CHECK(cudaEventCreate(&stop));
+  bool ok = lt_launch(plan, result.algo, result.workspaceSize, call) == CUBLAS_STATUS_SUCCESS;
+  C10_CUDA_CHECK(cudaEventRecord(start, call.stream));
+  for (int i = 0; ok && i < kLtTimed; ++i) {
+    ok = lt_launch(plan, result.algo, result.workspaceSize, call) == CUBLAS_STATUS_SUCCESS;
+  }
+  C10_CUDA_CHECK(cudaEventRecord(stop, call.stream));
+  float ms = 0;
+  C10_CUDA_CHECK(cudaEventSynchronize(stop));
+  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ok ? ms : std::numeric_limits<float>::infinity();
+}
+
+// The plan's algorithm, given the operands' alignments: the fastest of the heuristic's first kLtCandidates,
+// timed on the call's own matrices (it writes `out`, which the call overwrites anyway). A stream being
+// recorded into a CUDA graph cannot wait for a timing: there, the heuristic's first.
+inline void lt_choose(LtPlan& plan, const std::array<uint32_t, 3>& align, const LtCall& call) {
   cublasLtMatmulPreference_t preference;
   LT_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   LT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kLtMaxWorkspace,
@@ -87,20 +130,27 @@ inline void lt_choose(LtPlan& plan, const std::array<uint32_t, 3>& align) {
                                   std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}}) {
     LT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes)));
   }
-  cublasLtMatmulHeuristicResult_t best;
+  std::array<cublasLtMatmulHeuristicResult_t, kLtCandidates> results;
   int found = 0;
-  LT_CHECK(cublasLtMatmulAlgoGetHeuristic(plan.handle, plan.desc, plan.a, plan.b, plan.out, plan.out, preference, 1,
-                                          &best, &found));
+  LT_CHECK(cublasLtMatmulAlgoGetHeuristic(plan.handle, plan.desc, plan.a, plan.b, plan.out, plan.out, preference,
+                                          kLtCandidates, results.data(), &found));
   cublasLtMatmulPreferenceDestroy(preference);
-  plan.found = found == 1;
-  plan.algo = best.algo;
-  plan.workspace = best.workspaceSize;
+  cudaStreamCaptureStatus capturing;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(call.stream, &capturing));
+  int best = 0;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (int i = 0; found > 1 && capturing == cudaStreamCaptureStatusNone && i < found; ++i) {
+    if (const float ms = lt_time(plan, results[i], call); ms < best_ms) best = i, best_ms = ms;
+  }
+  plan.found = found > 0;
+  plan.algo = results[best].algo;
+  plan.workspace = results[best].workspaceSize;
 }
 
 // The plan for out (m x n, column-major, contiguous; `batch` of them) = op(a) op(b), whose pointers have
-// the given alignments; made on first use, then found in a map.
+// the given alignments; made on first use (with `call`'s matrices), then found in a map.
 inline const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, int64_t n, int64_t batch, int device,
-                             const std::array<uint32_t, 3>& align) {
+                             const std::array<uint32_t, 3>& align, const LtCall& call) {
   static std::mutex lock;
   static std::map<int, cublasLtHandle_t> handles;
   static std::map<std::array<int64_t, 17>, LtPlan> plans;  // one per matmul shape seen, a few hundred bytes each
@@ -124,7 +174,7 @@ inline const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, 
     LT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                               sizeof(stride)));
   }
-  lt_choose(plan, align);
+  lt_choose(plan, align, call);
   return plans.emplace(key, plan).first->second;
 }
 
@@ -145,17 +195,12 @@ inline void matmul_out(const at::Tensor& out, const Mat& a, const Mat& b, int64_
       !lt_transposed(b, from_b)) {
     return aten();
   }
-  const float *pa = a.t.data_ptr<float>(), *pb = b.t.data_ptr<float>();
-  float* po = out.data_ptr<float>();
+  const LtCall call = {b.t.data_ptr<float>(), a.t.data_ptr<float>(), out.data_ptr<float>(),
+                       c10::cuda::getCurrentCUDAStream(), out.options().dtype(at::kByte)};
   const LtPlan& plan = lt_plan(from_b, from_a, b.cols, a.rows, batch, out.get_device(),
-                               {lt_alignment(pb), lt_alignment(pa), lt_alignment(po)});
+                               {lt_alignment(call.a), lt_alignment(call.b), lt_alignment(call.out)}, call);
   if (!plan.found) return aten();
-  at::Tensor workspace;  // from PyTorch's caching allocator, on this stream
-  if (plan.workspace > 0) workspace = at::empty({int64_t(plan.workspace)}, out.options().dtype(at::kByte));
-  const float one = 1, zero = 0;
-  LT_CHECK(cublasLtMatmul(plan.handle, plan.desc, &one, pb, plan.a, pa, plan.b, &zero, po, plan.out, po, plan.out,
-                          &plan.algo, plan.workspace > 0 ? workspace.data_ptr() : nullptr, plan.workspace,
-                          c10::cuda::getCurrentCUDAStream()));
+  LT_CHECK(lt_launch(plan, plan.algo, plan.workspace, call));
 }
 
 // Split-K: a @ b as `parts` partial products (parts, m, n), the sum over k cut into equal slices, all in one
