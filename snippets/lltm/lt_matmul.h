@@ -96,29 +96,36 @@ inline cublasStatus_t lt_launch(const LtPlan& plan, const cublasLtMatmulAlgo_t& 
                         call.out, plan.out, &algo, workspace > 0 ? space.data_ptr() : nullptr, workspace, call.stream);
 }
 
+// A CUDA event for timing, destroyed with its scope (an exception included).
+struct LtEvent {
+  cudaEvent_t event;
+  LtEvent() { C10_CUDA_CHECK(cudaEventCreate(&event)); }
+  ~LtEvent() { cudaEventDestroy(event); }
+};
+
 // Milliseconds for kLtTimed calls of one algorithm after an untimed one (CUDA events); infinity if it fails.
+// Each algorithm starts on an idle stream, as the others did.
 constexpr int kLtCandidates = 8, kLtTimed = 3;
 inline float lt_time(const LtPlan& plan, const cublasLtMatmulHeuristicResult_t& result, const LtCall& call) {
-  cudaEvent_t start, stop;
-  C10_CUDA_CHECK(cudaEventCreate(&start));
-  C10_CUDA_CHECK(cudaEventCreate(&stop));
+  const LtEvent start, stop;
+  C10_CUDA_CHECK(cudaStreamSynchronize(call.stream));
   bool ok = lt_launch(plan, result.algo, result.workspaceSize, call) == CUBLAS_STATUS_SUCCESS;
-  C10_CUDA_CHECK(cudaEventRecord(start, call.stream));
+  C10_CUDA_CHECK(cudaEventRecord(start.event, call.stream));
   for (int i = 0; ok && i < kLtTimed; ++i) {
     ok = lt_launch(plan, result.algo, result.workspaceSize, call) == CUBLAS_STATUS_SUCCESS;
   }
-  C10_CUDA_CHECK(cudaEventRecord(stop, call.stream));
+  C10_CUDA_CHECK(cudaEventRecord(stop.event, call.stream));
   float ms = 0;
-  C10_CUDA_CHECK(cudaEventSynchronize(stop));
-  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  C10_CUDA_CHECK(cudaEventSynchronize(stop.event));
+  C10_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event, stop.event));
   return ok ? ms : std::numeric_limits<float>::infinity();
 }
 
 // The plan's algorithm, given the operands' alignments: the fastest of the heuristic's first kLtCandidates,
 // timed on the call's own matrices (it writes `out`, which the call overwrites anyway). A stream being
-// recorded into a CUDA graph cannot wait for a timing: there, the heuristic's first.
+// recorded into a CUDA graph cannot wait for a timing: there, the heuristic's first, kept for the shape from
+// then on (cuda-graph runs a call directly before it records one, so its plans are timed already). No plan (ATen
+// does the matmul) when no algorithm ran.
 inline void lt_choose(LtPlan& plan, const std::array<uint32_t, 3>& align, const LtCall& call) {
   cublasLtMatmulPreference_t preference;
   LT_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -136,13 +143,17 @@ inline void lt_choose(LtPlan& plan, const std::array<uint32_t, 3>& align, const 
                                           kLtCandidates, results.data(), &found));
   cublasLtMatmulPreferenceDestroy(preference);
   cudaStreamCaptureStatus capturing;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(call.stream, &capturing));
+  if (cudaStreamIsCapturing(call.stream, &capturing) != cudaSuccess) {  // the legacy stream, beside a capture
+    (void)cudaGetLastError();
+    capturing = cudaStreamCaptureStatusActive;
+  }
+  const bool timed = found > 1 && capturing == cudaStreamCaptureStatusNone;
   int best = 0;
   float best_ms = std::numeric_limits<float>::infinity();
-  for (int i = 0; found > 1 && capturing == cudaStreamCaptureStatusNone && i < found; ++i) {
+  for (int i = 0; timed && i < found; ++i) {
     if (const float ms = lt_time(plan, results[i], call); ms < best_ms) best = i, best_ms = ms;
   }
-  plan.found = found > 0;
+  plan.found = found > 0 && (!timed || best_ms < std::numeric_limits<float>::infinity());
   plan.algo = results[best].algo;
   plan.workspace = results[best].workspaceSize;
 }
@@ -156,7 +167,7 @@ inline const LtPlan& lt_plan(const LtOperand& a, const LtOperand& b, int64_t m, 
   static std::map<std::array<int64_t, 17>, LtPlan> plans;  // one per matmul shape seen, a few hundred bytes each
   const std::array<int64_t, 17> key = {device, a.op, a.rows, a.cols, a.ld, a.batch_stride, b.op, b.rows, b.cols,
                                        b.ld, b.batch_stride, m, n, batch, align[0], align[1], align[2]};
-  const std::lock_guard<std::mutex> hold(lock);
+  const std::lock_guard<std::mutex> hold(lock);  // also through a new plan's timing: a few ms, once per shape
   if (auto found = plans.find(key); found != plans.end()) return found->second;
   LtPlan plan;
   if (!handles.count(device)) LT_CHECK(cublasLtCreate(&handles[device]));  // the caller's guard set the device
