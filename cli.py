@@ -18,8 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from playground import events, registry
-from playground.errors import KplayError, UsageError
+from playground.core import events
+
+from playground.family import registry
+from playground.core.errors import KplayError, UsageError
 
 out = Console()
 err = Console(stderr=True)
@@ -124,7 +126,7 @@ def main(_: Annotated[bool, typer.Option("--version", callback=version, is_eager
 @friendly
 def list_(ctx: typer.Context, json_: Json = False, path: Path_ = None):
     """List the kernel families: summary, variants, devices."""
-    from playground.exercise import exercises
+    from playground.workshop.exercise import exercises
 
     found, refused = registry.scan(path)
     rows = [{"name": f.name, "summary": f.summary, "variants": list(f.variants), "devices": f.devices,
@@ -172,7 +174,7 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
     if kinds and starter and _marked(fam, kinds[0], variant, params):  # the starter's code: built from an ejected copy
         import tempfile
 
-        from playground.scaffold import eject as write
+        from playground.workshop.scaffold import eject as write
 
         with tempfile.TemporaryDirectory(prefix="kplay-starter-") as tmp:
             write(fam, Path(tmp), list(fam.variants.values()), params, starter=True)
@@ -186,14 +188,15 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
 
 
 def _is_exercise(fam) -> bool:
-    from playground.exercise import is_exercise
+    from playground.workshop.exercise import is_exercise
 
     return is_exercise(fam)
 
 
 def _marked(fam, kind: str, variant: str | None, params: dict) -> bool:
     """Whether the variant(s) `_show_code` shows have a region (unmarked ones are shown from the family's own files)."""
-    from playground import exercise, render
+    from playground.workshop import exercise
+    from playground.family import render
 
     chosen = ([fam.variant(variant)] if variant and variant != "all"
               else fam.pick_variants("cpu" if kind == "asm" else "cuda", variant))
@@ -206,8 +209,8 @@ def _show_source(fam, device: Device, variant: str | None, params: dict, starter
     from rich.panel import Panel
     from rich.syntax import Syntax
 
-    from playground.exercise import starter_sources
-    from playground.render import sources
+    from playground.workshop.exercise import starter_sources
+    from playground.family.render import sources
     from playground.report import sizes_table
 
     named = variant and variant != "all"  # reading a variant's source needs no device: shown whatever its own
@@ -238,7 +241,7 @@ def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | 
                shown_as: str | None = None) -> None:
     """`show --ptx/--sass/--asm`: a variant by name whatever its device (the build needs no GPU), else the first.
     shown_as: the folder a title names, where fam is a temporary copy (an exercise's starter)."""
-    from playground import disasm
+    from playground.compiler.build import disasm
     from playground.report import code_listing, loop_line
 
     if variant and variant != "all":
@@ -282,7 +285,9 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     The kernel's sizes are options too: [b]kplay run sum --n 1e7[/b], [b]kplay run lltm --batch 64[/b]
     ([b]kplay run NAME --help[/b] lists them).
     """
-    from playground import compare, isolate, request
+    from playground.run import compare
+    from playground.child import spawn as isolate
+    from playground.family import request
 
     if help_ or name is None:
         return _family_help(ctx, name, path, help_)
@@ -305,7 +310,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
 
 def _pooled(req, token: Path, sanitize, on_event) -> dict:
     """The run on a worker of the class's pool (a tool runs here only: --sanitize and --pool do not go together)."""
-    from playground import remote
+    from playground.pool import client as remote
 
     if sanitize:
         raise UsageError("--sanitize runs the tool on this machine: it cannot go with --pool")
@@ -323,7 +328,9 @@ def watch(ctx: typer.Context,
     """Rerun the kernel in FOLDER on every save: the verdict, and once it passes, its time against the last
     passing version (faster, slower or the same within the noise). Ctrl-C ends it.
     """
-    from playground import isolate, request, watch as watcher
+    from playground.child import spawn as isolate
+    from playground.family import request
+    from playground.workshop import watch as watcher
 
     if help_:
         return _family_help(ctx, None, None, help_)
@@ -347,7 +354,7 @@ def watch(ctx: typer.Context,
 
 
 def _sanitized(req, tool: str, on_event) -> dict:
-    from playground import sanitize
+    from playground.insight import sanitize
 
     return sanitize.run(req, tool, on_event)
 
@@ -356,7 +363,9 @@ def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, be
               explain: bool = False) -> None:
     """The run's table (a run the sanitizer's finding ended has none), then what the sanitizer found, or
     the comparison with an earlier run."""
-    from playground import compare, report, sanitize as sanitizer
+    from playground.run import compare
+    from playground.report import tables as report
+    from playground.insight import sanitize as sanitizer
 
     if json_:
         against = {"against": compare.record(before, result)} if before and "variants" in result else {}
@@ -375,7 +384,7 @@ def _show_run(result: dict, json_: bool, sanitize: str | None, verbose: bool, be
 
 def _sanitized_device(tool: str, device: Device) -> Device:
     """--sanitize checks CUDA kernels: a known tool, the tool there, and not --device cpu (each one line, exit 2)."""
-    from playground import sanitize
+    from playground.insight import sanitize
 
     sanitize.tool_name(tool)
     if device == Device.cpu:
@@ -409,7 +418,8 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
 
     The family's first baseline (e.g. torch.sum) is profiled beside it. [b]kplay profile sum --variant fast --n 1e8[/b]
     """
-    from playground import profile as profiler, request
+    from playground.insight import profile as profiler
+    from playground.family import request
 
     if help_ or name is None:
         return _family_help(ctx, name, path, help_)
@@ -490,7 +500,8 @@ def bench(
     path: Path_ = None,
 ):
     """Sweep one size: each point a full run (check and timing); a table, a chart, and optionally a PNG."""
-    from playground import request, sweep
+    from playground.family import request
+    from playground.workshop import sweep
 
     _writable(csv, plot, roofline)
     fixed = _sizes(ctx.args, size)
@@ -510,7 +521,7 @@ def bench(
 def _writable(csv: str | None, *pngs: str | None) -> None:
     """Fail now, not after a long sweep: matplotlib for --plot and --roofline, an existing folder for each file."""
     if any(pngs):
-        from playground.plot import require
+        from playground.report.plot import require
 
         require()
     for target in filter(None, (csv, *pngs)):
@@ -521,7 +532,7 @@ def _writable(csv: str | None, *pngs: str | None) -> None:
 
 def _sweep_outputs(records: list[dict], key: str, json_: bool, csv: str | None, plot: str | None,
                    roofline: str | None = None) -> None:
-    from playground import report
+    from playground.report import tables as report
 
     if json_:
         print(json.dumps(records, indent=2))
@@ -531,11 +542,11 @@ def _sweep_outputs(records: list[dict], key: str, json_: bool, csv: str | None, 
     if csv and records:
         report.write_csv(records, csv)
     if plot and any("skipped" not in r for r in records):
-        from playground.plot import save
+        from playground.report.plot import save
 
         save(records, key, plot)
     if roofline and any("skipped" not in r for r in records):
-        from playground.plot import roofline as draw_roofline
+        from playground.report.plot import roofline as draw_roofline
 
         draw_roofline(records, key, roofline)
 
@@ -595,7 +606,7 @@ def _events(progress, task, cached_lines: bool = True):
 @friendly
 def doctor():
     """Check the set-up: python, torch, GPU, nvcc, ninja, compiler, cache."""
-    from playground.doctor import diagnose
+    from playground.compiler.doctor import diagnose
     from playground.report import checks_table
 
     rows = diagnose()
@@ -607,8 +618,8 @@ def doctor():
 @friendly
 def clean():
     """Empty kplay's build cache."""
-    from playground.build import clear_cache
-    from playground.toolchain import builds_in_flight, cache_dir
+    from playground.compiler.build import clear_cache
+    from playground.compiler.toolchain import builds_in_flight, cache_dir
 
     def waiting():
         names = builds_in_flight()
@@ -633,7 +644,7 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
 
     The whole kernel, an exercise's solution too: [b]kplay start[/b] gives a student the starter.
     """
-    from playground.scaffold import eject as write
+    from playground.workshop.scaffold import eject as write
 
     fam = registry.find(name, path)
     if variant and variant != "all":
@@ -651,7 +662,7 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
 @friendly
 def new(name: str, folder: Folder = None, force: Force = False):
     """Scaffold a new kernel family (C++ op, reference, test sizes) that passes as it is."""
-    from playground.scaffold import new as write
+    from playground.workshop.scaffold import new as write
 
     target = Path(folder or name)
     for f in write(name, target, force):
@@ -666,7 +677,7 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
            variant: Annotated[Optional[str], typer.Option(help="The variant to package (default: the device's first).")] = None,
            param: Params = None, force: Force = False, path: Path_ = None):
     """Write a standalone pip-installable package (setup.py with CppExtension/CUDAExtension) for one variant."""
-    from playground.scaffold import export as write
+    from playground.workshop.scaffold import export as write
 
     fam = registry.find(name, path)
     dev = "cuda" if device == Device.auto else device.value
@@ -688,7 +699,7 @@ def start(exercise_: Annotated[str, typer.Argument(metavar="NAME", help="NAME or
           name: Annotated[Optional[str], typer.Option("--name", help="The student's name in the folder's records "
                                                                      "(default: $KPLAY_STUDENT, else the login and this start's id).")] = None):
     """Write an exercise's starter: each marked region a numbered TODO; it compiles and fails the check."""
-    from playground import exercise
+    from playground.workshop import exercise
 
     fam_name, variant = ((exercise_, None) if Path(exercise_).exists() or "/" not in exercise_
                          else exercise_.rsplit("/", 1))
@@ -717,7 +728,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
 
     Exit code: the run's (0 passed, 1 check failed, 2 usage error, 3 build error, 4 crash).
     """
-    from playground import exercise
+    from playground.workshop import exercise
 
     try:
         rec = _grade(folder, device.value, name, timeout, not no_sanitize, pool)
@@ -739,7 +750,8 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
 
 def _grade(folder: Path, device: str, name, timeout: float, sanitize: bool, pool: Path | None) -> dict:
     """The record of a local grade, or of the pool's (the student is who the token says: --name is not sent)."""
-    from playground import exercise, remote
+    from playground.workshop import exercise
+    from playground.pool import client as remote
 
     with _progress() as on_event:
         if pool:
@@ -753,7 +765,7 @@ def _grade(folder: Path, device: str, name, timeout: float, sanitize: bool, pool
 
 def _show_sanitized(rec: dict) -> None:
     """What memcheck and racecheck found (or that they could not run)."""
-    from playground import sanitize
+    from playground.insight import sanitize
 
     if rec.get("sanitizer_note"):
         err.print(f"[yellow]note:[/] {escape(rec['sanitizer_note'])}", highlight=False, soft_wrap=True)
@@ -781,7 +793,7 @@ def _show_part(part: dict, run: dict | None) -> None:
 def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)],
          number: Annotated[Optional[int], typer.Argument(help="Show this hint again.", show_default=False)] = None):
     """Show the exercise's next hint (what, then why), or hint NUMBER again; kplay remembers how far you got."""
-    from playground import exercise
+    from playground.workshop import exercise
 
     found, shown, total = exercise.next_hint(folder, number)
     if found is None:
@@ -812,7 +824,7 @@ def board(results: Results = None,
     Collect each student's [b]kplay check DIR --json --name NAME > NAME.json[/b], then [b]kplay board *.json[/b];
     or, on a pool's server, [b]kplay board --pool kplay-pool --follow[/b].
     """
-    from playground.pool import Pool
+    from playground.pool.cluster import Pool
 
     if follow and not pool:
         raise UsageError("--follow needs --pool: it watches the pool's results folder")
@@ -834,8 +846,8 @@ def board(results: Results = None,
 
 
 def _board(results: list[Path], out_dir: Path) -> None:
-    from playground import board as b
-    from playground.board_page import page
+    from playground.workshop import board as b
+    from playground.workshop.board_page import page
 
     entries, warnings = b.load([str(p) for p in results])
     groups = b.rank(entries)
@@ -871,7 +883,7 @@ def pool_start(dir_: PoolDir = Path("kplay-pool"),
                endpoint_port: Annotated[int, typer.Option(help="The students' endpoint's port (HTTPS).")] = 8787,
                cpu_workers: CpuWorkers = 1):
     """The scheduler, one supervised worker per visible GPU, and the students' endpoint; until Ctrl-C."""
-    from playground import pool
+    from playground.pool import cluster as pool
 
     pool.needs_dask()
     p = pool.create(dir_, host, port, endpoint_port)
@@ -889,7 +901,7 @@ def pool_add_student(names: Annotated[list[str], typer.Argument(metavar="NAME...
                      out_dir: Annotated[Optional[Path], typer.Option("--out", help="Where the token files go "
                                                                      "(default: the pool's tokens/).")] = None):
     """A token file per student (the endpoint, the CA, the token): hand each student theirs."""
-    from playground import pool
+    from playground.pool import cluster as pool
 
     p, folder = pool.Pool(dir_), out_dir or dir_ / "tokens"
     p.config  # a folder that is not a pool's is refused before any file is written
@@ -906,7 +918,7 @@ def pool_join(join_file: Annotated[Path, typer.Argument(help="The join.json kpla
               name: Annotated[Optional[str], typer.Option(help="This server's name in the pool and in students' "
                                                                "reports (default: its host name).")] = None):
     """This server's GPUs as workers of the instructor's pool, supervised; until Ctrl-C."""
-    from playground import pool
+    from playground.pool import cluster as pool
 
     pool.needs_dask()
     p, scheduler = pool.from_join_file(join_file, dir_)
@@ -917,7 +929,7 @@ def pool_join(join_file: Annotated[Path, typer.Argument(help="The join.json kpla
 @friendly
 def pool_status(dir_: PoolDir = Path("kplay-pool"), json_: Json = False):
     """The pool's workers, their GPUs, what each grades now, and what waits."""
-    from playground import pool
+    from playground.pool import cluster as pool
 
     pool.needs_dask()
     try:

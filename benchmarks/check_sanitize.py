@@ -38,7 +38,7 @@ def check(folder: Path, *extra: str) -> tuple[float, dict]:
 
 def solution(name: str, file: str) -> str:
     """The solution as `kplay start` renders it (the family's default parameters), markers and all."""
-    from playground import registry, render
+    from playground.family import registry, render
 
     family, variant = name.split("/")
     fam = registry.find(family)

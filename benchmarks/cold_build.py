@@ -3,7 +3,7 @@
     python benchmarks/cold_build.py lltm cpp [--repeat 3] [--param k=v ...]
 
 Each round is a fresh process (a library loads once per process) that builds twice from nothing:
-through playground.build (a fresh KPLAY_CACHE) and through load_inline alone (a fresh build folder, the
+through playground.compiler.build (a fresh KPLAY_CACHE) and through load_inline alone (a fresh build folder, the
 same flags, a namespace of its own), torch already imported, so the figures are the compile and link
 alone. Medians are printed with every round's figures, wall clock and the compilers' CPU time (steadier
 when other work shares the machine).
@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground import build as kbuild  # noqa: E402
-from playground import registry, render  # noqa: E402
+from playground.compiler.build import build as kbuild  # noqa: E402
+from playground.family import registry, render  # noqa: E402
 
 
 def children_cpu() -> float:

@@ -1,6 +1,6 @@
 """What the benchmark scripts share: timing whole commands, a family's spec, and a verdict from two timings.
 
-Kernels are timed in-process by playground.timing.bench (or playground.run, which calls it). A command
+Kernels are timed in-process by playground.run.timing.bench (or playground.run, which calls it). A command
 (a build, `kplay run` end to end) is timed here: a fresh process per run, the wall clock around it.
 """
 
@@ -96,7 +96,7 @@ def verdict(mine, theirs) -> str:
 
 def spec(family: str):
     """A family's spec.py module (tolerances, inputs, helpers such as spec.Linear)."""
-    from playground import registry, spec as specs
+    from playground.family import registry, spec as specs
 
     return specs.module(registry.find(family))
 

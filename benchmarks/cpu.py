@@ -64,7 +64,7 @@ def sum_small(lines: list[str], budget_s: float) -> None:
     import torch
 
     import playground
-    from playground.timing import bench
+    from playground.run.timing import bench
 
     mine = playground.load("sum", "cpp", device="cpu").sum.default
     tolerance = spec("sum").tolerance
@@ -86,7 +86,7 @@ def sum_small(lines: list[str], budget_s: float) -> None:
 
 def buildable(only: str = "") -> list:
     """(family, variant) for every variant that builds for the CPU (device cpu or any, with sources), or those named."""
-    from playground import registry
+    from playground.family import registry
 
     found = [(f, v) for f in registry.families().values() for v in f.variants_for("cpu") if v.sources]
     wanted = set(only.split(",")) - {""}
@@ -104,8 +104,8 @@ def plain_args(fam, v, folder: Path) -> Path:
     """
     import json
 
-    from playground import render
-    from playground.build import ENGINE_INCLUDE
+    from playground.family import render
+    from playground.compiler.build import ENGINE_INCLUDE
 
     name = f"plain_{fam.name}_{v.name}".replace("-", "_")
     srcs = render.sources(fam, v, fam.parse_params([]))
@@ -118,7 +118,7 @@ def plain_args(fam, v, folder: Path) -> Path:
 
 def cold_builds(lines: list[str], k: int, folder: Path, only: str = "") -> bool:
     """Each build in a fresh process with an empty cache, kplay and plain load_inline taking turns."""
-    from playground.build import setup_env
+    from playground.compiler.build import setup_env
 
     setup_env()  # the children inherit ninja on PATH and CUDA_HOME, as kplay's own build sets them
     lines += [f"## Cold build of every CPU variant (issue 12: ≤ {BUILD_TARGET_S:g} s), median of {k}", "",
@@ -175,7 +175,7 @@ def main() -> int:
 
     import torch
 
-    from playground.build import cpu_model
+    from playground.compiler.build import cpu_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

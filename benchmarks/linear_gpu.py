@@ -4,7 +4,7 @@ the tensor-core rung (TF32) also against F.linear with TF32 allowed.
     python benchmarks/linear_gpu.py [--size 4096] [--runs 3] [--tiles] [--out benchmarks/results]
 
 Builds through kplay (the same sources and flags as `kplay run`), checks each kernel against float64 at
-the benchmark size, then times the forward with kplay's timer (playground.timing.bench: 3 warm-ups, CUDA
+the benchmark size, then times the forward with kplay's timer (playground.run.timing.bench: 3 warm-ups, CUDA
 events, the contenders taking turns, at least 30 samples and --budget seconds, median and IQR), --runs
 times; a row is the median of the runs' medians. Beside each rung, the share of cuBLAS the same step
 reached in "How to optimize a CUDA Matmul Kernel for cuBLAS-like performance: a Worklog" (siboehm.com,
@@ -27,8 +27,8 @@ from common import ROOT, spec as load_spec  # first: it puts the repository on s
 import torch
 
 import playground
-from playground import registry
-from playground.timing import bench
+from playground.family import registry
+from playground.run.timing import bench
 
 # The worklog's share of cuBLAS for the step each rung takes (A6000, fp32, 4096^2); its step 2, global-memory
 # coalescing (8.5%), has no rung here (the notes in snippets/linear/smem.cu say why).

@@ -6,7 +6,7 @@
 Each contender is first checked (new_h, new_cell and the five gradients against the float64 reference,
 within the spec's tolerance; gradcheck in float64), then timed as the tutorial does: the forward on
 leaves that require grad, the backward as (new_h.sum() + new_cell.sum()).backward() on a fresh forward.
-The timing is kplay's own (playground.timing.bench): contenders take turns, so drift hits all alike.
+The timing is kplay's own (playground.run.timing.bench): contenders take turns, so drift hits all alike.
 Two clocks: a synchronized wall clock per call (what a training loop feels, host overhead included) and,
 on CUDA, events around the call, both from an idle GPU, each timed call after one untimed step of the same
 contender (warm), as a training loop runs a cell step after step. The same loop without that step (cold:
@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from playground import registry  # noqa: E402
-from playground.build import build  # noqa: E402
-from playground.spec import module as load_spec  # noqa: E402
-from playground.timing import bench  # noqa: E402
+from playground.family import registry  # noqa: E402
+from playground.compiler.build import build  # noqa: E402
+from playground.family.spec import module as load_spec  # noqa: E402
+from playground.run.timing import bench  # noqa: E402
 
 FAMILY = registry.find("lltm")
 SPEC = load_spec(FAMILY)
@@ -76,7 +76,7 @@ def check(fn, inputs) -> dict:
 
 
 def time_all(pairs: dict, device: str, budget_s: float, warm: bool = True) -> dict:
-    """{key: {clock: median µs}} of each (prepare, run) pair, by playground.timing.bench: the wall clock and,
+    """{key: {clock: median µs}} of each (prepare, run) pair, by playground.run.timing.bench: the wall clock and,
     on CUDA, events too (warm loop only).
 
     warm: each timed call follows one untimed step of the same contender, as a training loop runs one cell
@@ -225,7 +225,7 @@ def main():
     verdicts = verdict(results, args.device)
     report = {"environment": env, "builds": builds, "results": results, "verdicts": verdicts}
     md = (f"# LLTM per call, {env.get('gpu', env['cpu'])}\n\n{env['date']}, torch {env['torch']}, CUDA {env['cuda']}, "
-          f"{env['threads']} CPU threads. Times are medians in µs (playground.timing.bench); speedups on the "
+          f"{env['threads']} CPU threads. Times are medians in µs (playground.run.timing.bench); speedups on the "
           f"synchronized wall clock (on CUDA, events in brackets). Each timed call follows an untimed step of "
           f"the same contender; the last column is the cold loop, without that step (wall clock).\n\n" + "\n".join(table(r, args.device) for r in results) +
           "\n" + "\n".join(f"- {v}" for v in verdicts) + "\n")

@@ -6,7 +6,7 @@
 `git worktree add /tmp/old <commit>`: --old /tmp/old/snippets/lltm (a copy from before the split has the
 fast op as its variant cuda); the new builds are the ones in snippets/. For each size: check (seven outputs
 against float64, gradcheck in float64), then time eager, the old and the new cuda-fast builds, forward and
-backward, with CUDA events and the synchronized wall clock (lltm_bench.time_all: playground.timing.bench),
+backward, with CUDA events and the synchronized wall clock (lltm_bench.time_all: playground.run.timing.bench),
 then the matmuls alone in several layouts and split-K, then one profile of a few forwards per contender (GPU
 time per kernel, and the GPU-busy time against the events). --wait PID waits for that process (a test run
 sharing the GPU) to end before timing anything.
@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import lltm_bench as lb  # noqa: E402
-from playground import registry  # noqa: E402
-from playground.build import build  # noqa: E402
+from playground.family import registry  # noqa: E402
+from playground.compiler.build import build  # noqa: E402
 
 SIZES = [(1024, 512, 1024), (16, 32, 128)]
 NEW_PARAMS = [{}, {"fwd_split": 4, "bwd_split": 2}]

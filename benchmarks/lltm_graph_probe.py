@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import lltm_bench as lb  # noqa: E402
-from playground.build import build  # noqa: E402
+from playground.compiler.build import build  # noqa: E402
 
 TARGET = 1.5
 

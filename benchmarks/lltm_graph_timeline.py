@@ -18,8 +18,8 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import lltm_bench as lb  # noqa: E402
-from playground import timing  # noqa: E402
-from playground.build import build  # noqa: E402
+from playground.run import timing  # noqa: E402
+from playground.compiler.build import build  # noqa: E402
 
 
 def cell(variant: str):

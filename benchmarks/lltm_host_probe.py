@@ -10,7 +10,7 @@ profiled warm loop (torch.profiler, CPU and GPU on one timeline), cut per call i
 and to the biggest kernel, GPU busy, GPU idle between kernels, and the tail to the synchronize's return, with
 one call's timeline written to --out. Floors beside them: a bare synchronize, one tiny launch and its
 synchronize. --matmuls adds a cold profile and the matmuls alone in several forms (GPU time: cuBLAS,
-cuBLASLt, split-K parts, transposed). All timing is playground.timing.bench.
+cuBLASLt, split-K parts, transposed). All timing is playground.run.timing.bench.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import lltm_bench as lb  # noqa: E402
-from playground import registry  # noqa: E402
-from playground.build import build  # noqa: E402
-from playground.timing import bench  # noqa: E402
+from playground.family import registry  # noqa: E402
+from playground.compiler.build import build  # noqa: E402
+from playground.run.timing import bench  # noqa: E402
 
 SIZE = (1024, 512, 1024)
 

@@ -3,7 +3,7 @@ then their kernels (fast, first-add, shuffle), and not on torch.sum or tree (ses
 input per size; each contender is timed
 
 - by nvbench (cold), with its blocking kernel on and off;
-- by kplay's timer (playground.timing.bench) on PyTorch's default stream, on a stream of its own (nvbench
+- by kplay's timer (playground.run.timing.bench) on PyTorch's default stream, on a stream of its own (nvbench
   launches on a created stream), and with a 1x L2 flush instead of kplay's 2x;
 
 and one call of each is traced (torch.profiler) on both streams: its kernels, their sum, and the gaps
@@ -23,7 +23,7 @@ import torch
 from common import emit, nvbench_run  # first: it puts the repository on sys.path
 
 import playground  # noqa: E402
-from playground import timing  # noqa: E402
+from playground.run import timing  # noqa: E402
 
 SIZES = [10**4, 10**6, 10**7]
 RUNGS = ["tree", "first-add", "shuffle", "fast"]

@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from playground import timing  # noqa: E402
+from playground.run import timing  # noqa: E402
 
 GPU_EXERCISES = [("sum", "tree"), ("sum", "first-add"), ("sum", "shuffle"), ("sum", "fast"), ("lltm", "cuda")]
 CPU_EXERCISES = [("sum", "cpp"), ("linear", "cpp"), ("lltm", "cpp")]
@@ -50,7 +50,7 @@ def laptop_env() -> dict:
 
 
 def start_pool(folder: Path, cpu_workers: int) -> subprocess.Popen:
-    from playground import pool
+    from playground.pool import cluster as pool
 
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pool", "start", "--dir", str(folder), "--host",
                              "127.0.0.1", "--port", str(free_port()), "--endpoint-port", str(free_port()),
@@ -69,8 +69,8 @@ def start_pool(folder: Path, cpu_workers: int) -> subprocess.Popen:
 def solved(family: str, variant: str, folder: Path, name: str) -> None:
     """A started folder with the exercise's own solution in it (written as kplay start would, without its
     build of the starter)."""
-    from playground import registry
-    from playground.scaffold import eject
+    from playground.family import registry
+    from playground.workshop.scaffold import eject
 
     fam = registry.find(family)
     v = fam.variants[variant]
@@ -105,7 +105,7 @@ def stats_of(rec: dict):
 
 def ranks(records: list[dict]) -> dict[str, int]:
     """Each student's rank on the board built from these records (ties share one)."""
-    from playground import board
+    from playground.workshop import board
 
     entries = [board.entry(r, Path(f"{r['student']}.json")) for r in records]
     return {e.student: k for g in board.rank(entries) for k, e in g.rows}
@@ -144,7 +144,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None, help="the pool's and students' folders (default: a temporary one)")
     args = parser.parse_args()
-    from playground import pool
+    from playground.pool import cluster as pool
 
     exercises = CPU_EXERCISES if args.cpu else GPU_EXERCISES
     n = args.students or 2 * len(exercises)
@@ -174,7 +174,7 @@ def main() -> None:
 
 def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool, emit) -> None:
     """Solo grades, the whole class at once, one report from a laptop, solo grades again; each table to emit."""
-    from playground import pool
+    from playground.pool import cluster as pool
 
     students = []
     for k in range(n):

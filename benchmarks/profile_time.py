@@ -20,7 +20,8 @@ FLOOR = "import torch; x = torch.ones(1, device='cuda'); torch.cuda.nvtx.range_p
 
 def phases() -> dict:
     """One profile in this process, its wall time split by the phases its events announce."""
-    from playground import profile, request
+    from playground.insight import profile
+    from playground.family import request
 
     marks = [("start", time.perf_counter())]
     on_event = lambda event, **data: marks.append((data.get("phase", event), time.perf_counter()))
@@ -34,7 +35,7 @@ def phases() -> dict:
 
 
 def main() -> None:
-    from playground.toolchain import cuda_tool
+    from playground.compiler.toolchain import cuda_tool
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)

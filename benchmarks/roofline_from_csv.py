@@ -18,8 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from playground import plot, registry, spec as specs  # noqa: E402
-from playground.device import from_attributes  # noqa: E402
+from playground.report import plot  # noqa: E402
+
+from playground.family import registry, spec as specs
+from playground.run.peaks import from_attributes  # noqa: E402
 
 H200 = dict(capability=(9, 0), sm_count=132, sm_clock_khz=1_980_000, mem_clock_khz=3_201_000, bus_bits=6016)
 

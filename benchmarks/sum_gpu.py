@@ -6,9 +6,9 @@
 
 With --runs N each size is timed N times and a row is the run whose speedup is the median (all N listed).
 
-Timing is kplay's own (playground.timing.bench): warm-up, CUDA events, L2 flushed between samples when the
+Timing is kplay's own (playground.run.timing.bench): warm-up, CUDA events, L2 flushed between samples when the
 input fits in a few L2s, contenders taking turns, >= 30 samples, median and IQR. The copy bandwidth is the
-engine's too (playground.timing.copy_bandwidth: measured once per GPU and torch, then cached): "% copy"
+engine's too (playground.run.timing.copy_bandwidth: measured once per GPU and torch, then cached): "% copy"
 here is of the copy_gbps `kplay run` records beside its % of the device's peak.
 """
 
@@ -28,8 +28,8 @@ from common import spec as load_spec  # first: it puts the repository on sys.pat
 import torch
 
 import playground
-from playground import registry
-from playground.timing import bench, copy_bandwidth
+from playground.family import registry
+from playground.run.timing import bench, copy_bandwidth
 
 TARGETS = {10**7: ("time", 1.1), 10**8: ("throughput", 1.0), 10**9: ("throughput", 1.0)}  # issue 3, fast vs torch.sum
 

@@ -33,7 +33,7 @@ def in_process(n: int) -> dict:
     import torch
 
     import playground
-    from playground.timing import bench
+    from playground.run.timing import bench
 
     fast = playground.load("sum", "fast", device="cuda").sum
     x = torch.randn(n, device="cuda")

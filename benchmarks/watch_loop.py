@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--variant", default="cpp")
     ap.add_argument("--file", default="sum.cpp", help="the ejected source the edits change")
     args = ap.parse_args()
-    from playground import isolate
+    from playground.child import spawn as isolate
 
     with isolate.warm():
         edits, compiles = loop(args, change=True)
@@ -49,7 +49,9 @@ def main() -> None:
 
 def loop(args, change: bool) -> tuple[list[float], list[float]]:
     """(seconds from each write to its verdict, each build's seconds) over args.edits writes of args.file."""
-    from playground import isolate, request, watch
+    from playground.child import spawn as isolate
+    from playground.family import request
+    from playground.workshop import watch
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["KPLAY_CACHE"] = f"{tmp}/cache"

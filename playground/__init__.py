@@ -6,17 +6,17 @@
     ops.sum(torch.randn(1000))
 """
 
-from .errors import BuildError, KernelCrash, KplayError, UsageError
-from .registry import families, find
-from .request import Request, make
-from .results import RunResult
-from .runner import run
+from .core.errors import BuildError, KernelCrash, KplayError, UsageError
+from .family.registry import families, find
+from .family.request import Request, make
+from .core.record import RunResult
+from .run.runner import run
 
 
 def load(name: str, variant: str | None = None, device: str = "cpu", params: dict | None = None,
          paths: list[str] | None = None):
     """Build (or reuse) one variant and return its ops, ready to call on tensors."""
-    from .build import build
+    from .compiler.build import build
 
     req = make(name, device=device, variant=variant, params=params, paths=paths)
     fam = req.load_family()
@@ -25,7 +25,7 @@ def load(name: str, variant: str | None = None, device: str = "cpu", params: dic
 
 def load_ipython_extension(ipython) -> None:
     """`%load_ext playground`: the %kplay and %%kplay magics (playground/magic.py; IPython only then)."""
-    from .magic import load_ipython_extension as load
+    from .workshop.magic import load_ipython_extension as load
 
     load(ipython)
 

@@ -33,7 +33,7 @@ LONGEST = ["test_pool.py", "test_wrong.py", "test_laptop.py", "test_lltm.py", "t
 
 
 def pytest_collection_modifyitems(config, items):
-    from playground.toolchain import cuda_home
+    from playground.compiler.toolchain import cuda_home
 
     rank = {name: k for k, name in enumerate(LONGEST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST)))
@@ -49,7 +49,8 @@ def pytest_collection_modifyitems(config, items):
 # The session's one build cache, which the xdist workers inherit: a source is built once, and kplay's file
 # locks make sharing it safe. Set in the controller (the only process without xdist), before any worker starts.
 PRECOMPILE = """import time; t = time.perf_counter()
-from playground import build, registry
+from playground.compiler.build import build as build
+from playground.family import registry
 for name in ('lltm', 'sum'):  # ATen's headers (the longer, which the first lltm and linear tests wait for), then the stable ABI's
     f = registry.find(name)
     build.precompile(f, f.variants['cpp'])
@@ -118,7 +119,7 @@ class _Warm:
 def warm(request, cache):
     """Every run forks from one worker that has imported torch (isolate.warm, as `kplay watch` does): about 2 s
     less per `kplay run`. A test that needs fresh workers, or a warm worker of its own, asks for `cold`."""
-    from playground import isolate
+    from playground.child import spawn as isolate
 
     if "cold" in request.fixturenames:
         _Warm.close()
@@ -195,7 +196,7 @@ def wrong_folder(folder: Path, family: str, entry: dict) -> Path:
     """
     import re
 
-    from playground import registry
+    from playground.family import registry
 
     variant = registry.find(family).variants[entry.get("variant", "cpp")]
     shutil.copytree(ROOT / "snippets" / family, folder)

@@ -12,8 +12,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from cli import app
-from playground import isolate, plot, sweep
-from playground.errors import KernelCrash, UsageError
+from playground.child import spawn as isolate
+from playground.report import plot
+from playground.workshop import sweep
+from playground.core.errors import KernelCrash, UsageError
 from playground.report import short, sweep_chart, sweep_table
 
 ENV = {"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"}
@@ -91,7 +93,7 @@ def test_default_sizes_follow_the_family_default():
 
 def test_bench_table_in_task_toml_sets_size_tie_and_range(tmp_path):
     (tmp_path / "task.toml").write_text('[sizes]\nbatch = 8\nin = 4\nout = 4\n[bench]\nsize = "in"\nsizes = "2..8:x2"\ntie = ["out"]\n')
-    from playground.registry import load_family
+    from playground.family.registry import load_family
 
     fam = load_family(tmp_path)
     assert sweep.settings(fam) == sweep.Sweep("in", ("out",), (2, 4, 8))

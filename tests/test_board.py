@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from playground import board
+from playground.workshop import board
 
 ENV = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 
@@ -314,8 +314,8 @@ def _screenshot(browser, tmp_path: Path) -> None:
 
 
 def test_a_case_is_counted_by_its_diagnosis():
-    from playground import check
-    from playground.exercise import kind
+    from playground.run import check
+    from playground.workshop.exercise import kind
 
     assert kind("n=9 reused", f"n=9 reused: {check.REUSED}") == "stale result"
     assert kind("n=9 reused", "n=9 reused: out[]: got 1, expected 2") == "wrong value"  # wrong everywhere: no cache

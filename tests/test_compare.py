@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from playground.compare import verdict
+from playground.run.compare import verdict
 
 
 def t(median, q1=None, q3=None, noise=0.001):
@@ -90,9 +90,9 @@ def test_against_a_values_run_shows_its_values_as_they_are(kplay, tmp_path):
 
 
 def test_a_run_that_only_changed_its_input_says_so_in_its_verdict():
-    from playground.build import BuildInfo
-    from playground.check import CHANGED, Check
-    from playground.results import RunResult, VariantResult
+    from playground.compiler.build import BuildInfo
+    from playground.run.check import CHANGED, Check
+    from playground.core.record import RunResult, VariantResult
 
     def run(*messages):
         check = Check(ok=False, max_abs_err=0.0, tolerance=1.0, tolerance_source="", cases=["n=1", "n=2"],

@@ -10,9 +10,11 @@ import torch
 from rich.console import Console
 
 import playground
-from playground import device, plot, registry, report, spec as specs
-from playground.device import Peaks, from_attributes
-from playground.errors import UsageError
+from playground.run import peaks as device
+from playground.report import plot, tables as report
+from playground.family import registry, spec as specs
+from playground.run.peaks import Peaks, from_attributes
+from playground.core.errors import UsageError
 
 # The H200 SXM's attributes as torch 2.11 reported them on the GPU box (tests/data/ncu-details.csv): 132 SMs
 # at 1,980 MHz (max), memory at 3,201 MHz on a 6,016-bit bus: not the six HBM3e stacks' 6,144 bits, but in the
@@ -287,7 +289,7 @@ def test_gpu_linear_is_judged_against_the_compute_ceiling(kplay):
     (10.0, "memory", "GB/s"), (0.25, "compute", "GFLOP/s"),  # a GPU: the ceiling that binds decides
 ])
 def test_the_rate_column_follows_the_ceiling_that_binds(flops_per_byte, bound, header):
-    from playground.results import RunResult
+    from playground.core.record import RunResult
 
     run = RunResult("sum", "cuda", "float32", 0, {"n": 1000}, {}, "2.11", traffic=4000, bound=bound,
                     flops=int(flops_per_byte * 4000))

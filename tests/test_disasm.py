@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from playground import disasm
+from playground.compiler.build import disasm
 
 SUM = ROOT / "snippets" / "sum"
 
@@ -76,7 +76,7 @@ def test_two_code_views_at_once_is_refused(kplay):
 
 
 def test_a_missing_nvdisasm_names_its_pip_package(kplay, monkeypatch):
-    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: None)  # not on PATH, in CUDA, nor a wheel
+    monkeypatch.setattr("playground.compiler.toolchain.cuda_tool", lambda name: None)  # not on PATH, in CUDA, nor a wheel
     result = kplay("show", "sum", "--variant", "fast", "--sass")
     assert result.exit_code == 2, result.output
     assert "pip install nvidia-cuda-nvdisasm" in result.stderr and "kplay[insight]" in result.stderr
@@ -218,7 +218,7 @@ def test_a_cuda_home_torch_guessed_before_kplay_ran_is_set_right(monkeypatch):
     /usr/local guessed from nvcc's symlink): kplay's set-up puts the real root there, or the link misses cudart."""
     import torch.utils.cpp_extension as ext
 
-    from playground import toolchain
+    from playground.compiler.build import toolchain
 
     if not toolchain.cuda_home():
         pytest.skip("no CUDA toolkit here")

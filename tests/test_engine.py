@@ -39,7 +39,7 @@ def test_an_extra_column_that_says_fail_fails_the_check(kplay, tmp_path):
 @pytest.mark.parametrize("warm", [False, True])
 def test_bench_takes_turns_and_a_warm_call_follows_one_of_its_own(warm):
     """Round-robin between contenders; warm: each timed call right after an untimed call of the same one."""
-    from playground.timing import bench
+    from playground.run.timing import bench
 
     calls = []
     fns = {"a": lambda: calls.append("a"), "b": (lambda: (calls.append("prep b"),), lambda _: calls.append("b"))}
@@ -57,7 +57,7 @@ def test_a_specs_reference_tolerance_and_probe_leave_the_inputs_unchanged(name):
     said the kernel wrote its input)."""
     import torch
 
-    from playground import registry, spec
+    from playground.family import registry, spec
 
     fam = registry.find(name)
     hooks = spec.load(fam)

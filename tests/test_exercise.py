@@ -6,8 +6,9 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from playground import exercise, markers, registry
-from playground.errors import UsageError
+from playground.workshop import exercise, todos as markers
+from playground.family import registry
+from playground.core.errors import UsageError
 
 TAIL = "  for (; i < end; ++i) total += x[i];\n"
 MARKED_TAIL = ("  // kplay:todo Add the tail: the elements after the last whole row of lanes, one by one.\n"

@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from playground.toolchain import cuda_home
+from playground.compiler.toolchain import cuda_home
 
 NVCC = 0 if cuda_home() else 2  # show --ptx: one line and exit 2 without nvcc
 # (args, the exit codes it may give): doctor's is its verdict, 0 or 1.

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from playground import lease
+from playground.run import lock as lease
 
 HOLD = """
 import sys, time
-from playground import lease
+from playground.run import lock as lease
 with lease.held("cpu", exclusive=sys.argv[1] == "x"):
     print("held", flush=True)
     time.sleep(60)

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import playground
-from playground import registry, spec as specs
+from playground.family import registry, spec as specs
 
-from playground.check import compare
+from playground.run.check import compare
 
 FAMILY = registry.find("linear")
 spec = specs.module(FAMILY)
@@ -236,7 +236,7 @@ def test_tf32_needs_its_own_tolerance_and_float64_keeps_its_own():
 def test_the_timing_guard_judges_a_tf32_variant_by_tf32s_tolerance():
     """trust.TimedOutputs, as kplay run builds it (the engine's loaded spec, each variant's task.toml math): TF32
     products pass for the variant that says math = "tf32" and fail a float32 variant's bound."""
-    from playground import trust
+    from playground.run import audit as trust
 
     x, w, b, gy = seeded((1000, 1000, 1023), torch.float32)
     guard = trust.TimedOutputs(specs.load(FAMILY), [(x, w, b, gy)], torch.float32,

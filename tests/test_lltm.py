@@ -10,9 +10,9 @@ import shutil
 import pytest
 import torch
 
-from playground import registry, render
-from playground.build import build
-from playground.spec import module as load_spec
+from playground.family import registry, render
+from playground.compiler.build import build
+from playground.family.spec import module as load_spec
 
 FAMILY = registry.find("lltm")
 SPEC = load_spec(FAMILY)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from playground import neighbours, runner
+from playground.run import contention as neighbours, runner
 
 SPIN = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
 HOLD_GPU = "import time, torch\ntorch.zeros(1, device='cuda')\nprint('held', flush=True)\ntime.sleep(60)"

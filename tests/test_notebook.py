@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT
-from playground import magic
+from playground.workshop import magic
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

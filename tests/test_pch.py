@@ -4,9 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from playground import events, pch
-from playground.build import ENGINE_INCLUDE
-from playground.toolchain import compiler
+from playground.core import events
+
+from playground.compiler.build import pch
+from playground.compiler.build import ENGINE_INCLUDE
+from playground.compiler.toolchain import compiler
 
 ATEN = "#include <ATen/core/Tensor.h>\n#include <torch/library.h>\nint f();\n"
 STABLE = "#include <kplay/stable.h>\n#include <torch/csrc/stable/library.h>\nint f();\n"

@@ -20,8 +20,12 @@ from conftest import ROOT
 pytest.importorskip("distributed", reason='the pool needs kplay[pool]')
 pytestmark = pytest.mark.slow
 
-from playground import endpoint, exercise, pool, registry, remote  # noqa: E402
-from playground.errors import UsageError  # noqa: E402
+from playground.pool import server as endpoint, cluster as pool, client as remote  # noqa: E402
+
+from playground.workshop import exercise
+
+from playground.family import registry
+from playground.core.errors import UsageError  # noqa: E402
 
 
 def free_port() -> int:
@@ -62,7 +66,7 @@ def class_pool(tmp_path_factory):
     finally:
         supervisor.terminate()
         supervisor.wait(30)
-    assert not subprocess.run(["pgrep", "-f", f"playground.pool .* {folder}"], capture_output=True).stdout
+    assert not subprocess.run(["pgrep", "-f", f"playground.pool.cluster .* {folder}"], capture_output=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +218,7 @@ def test_a_restarted_scheduler_loses_no_result_and_no_student_waits(class_pool, 
     thread.start()
     until(lambda: any(w["grading"] for w in pool.status(p)["workers"]), every=0.05)
     kept = sorted(p.results.glob("*/*.json"))
-    scheduler = int(subprocess.run(["pgrep", "-f", f"playground.pool scheduler {p.folder}"], capture_output=True,
+    scheduler = int(subprocess.run(["pgrep", "-f", f"playground.pool.cluster scheduler {p.folder}"], capture_output=True,
                                    text=True).stdout.split()[0])
     os.kill(scheduler, signal.SIGKILL)
     thread.join(120)

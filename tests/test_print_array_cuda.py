@@ -4,10 +4,10 @@ import pytest
 import torch
 
 import playground
-from playground import registry
-from playground.build import build
-from playground.capture import stdout_fd
-from playground.spec import module as load_spec
+from playground.family import registry
+from playground.compiler.build import build
+from playground.core.capture import stdout_fd
+from playground.family.spec import module as load_spec
 
 FAMILY = registry.find("print_array")
 SPEC = load_spec(FAMILY)

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from conftest import gpu
-from playground import profile
+from playground.insight import profile
 
 DATA = Path(__file__).resolve().parent / "data"
 N = 10**8  # the fixtures' size: one call at n = 1e8, float32
@@ -40,7 +40,7 @@ def test_a_multi_pass_kernel_lists_every_pass_in_launch_order():
 def test_one_pass_over_several_calls_splits_at_the_spin_kernels():
     """kplay profiles every contender in one torch.profiler pass (a second pass after CUPTI's teardown
     records nothing), a spin kernel before each call: the work after each spin is that call's."""
-    from playground import resources
+    from playground.compiler.build import kernel_resources as resources
 
     spin = lambda ts: {"cat": "kernel", "name": "at::cuda::(anonymous namespace)::spin_kernel(long)", "ts": ts, "dur": 1}
     calls = [json.loads((DATA / f"trace-{name}.json").read_text())["traceEvents"] for name in ("tree", "fast")]

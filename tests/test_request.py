@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from playground import request, spec
-from playground.errors import UsageError
+from playground.family import request, spec
+from playground.core.errors import UsageError
 
 
 def test_a_request_round_trips_through_json():
@@ -197,7 +197,9 @@ def test_a_size_may_not_take_the_name_of_an_option(kplay, tmp_path, name):
 def test_auto_picks_the_cpu_for_a_run_with_nothing_for_the_gpu(monkeypatch):
     import torch
 
-    from playground import registry, runner
+    from playground.family import registry
+
+    from playground.run import runner
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     sum_ = registry.find("sum")
@@ -209,7 +211,7 @@ def test_auto_picks_the_cpu_for_a_run_with_nothing_for_the_gpu(monkeypatch):
 def test_integers_above_2_53_are_compared_exactly():
     import torch
 
-    from playground.check import compare
+    from playground.run.check import compare
 
     ref = torch.tensor([2**53 + 1], dtype=torch.int64)
     assert not compare(torch.tensor([2**53], dtype=torch.int64), ref, 0.0, "exact").ok
@@ -238,7 +240,7 @@ def test_helpers_near_a_short_hook_are_not_typos():
 def test_every_failing_case_shows_its_first_line_within_the_cap():
     """Seen on the H200: four cases of value lines pushed the reused case's diagnosis ('another stream?') past the
     five lines kept, so the student saw only numbers. Each failing case's first line stays, in order."""
-    from playground.check import MAX_MISMATCHES, Check, failed, merge
+    from playground.run.check import MAX_MISMATCHES, Check, failed, merge
 
     noisy = Check(False, 1.0, 0.0, "", [f"n=1: out[{i}]: got 1, expected 0" for i in range(MAX_MISMATCHES)], ["n=1"])
     reused = Check(False, 1.0, 0.0, "", ["n=9 reused: work still running on another stream?", "n=9 reused: out[]: got 2"],
@@ -254,7 +256,7 @@ def test_an_output_that_changes_after_its_stream_finished_is_named():
     work on another stream (sum/fast_event_too_early) changes it in between, and the case says so."""
     import torch
 
-    from playground import check
+    from playground.run import check
 
     done = torch.tensor([1.0, float("nan")])
     assert not check.moved(done.clone(), done) and not check.moved((done.clone(),), (done, 3))

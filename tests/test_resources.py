@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from playground import registry, resources
-from playground.names import short_name
+from playground.family import registry
+
+from playground.compiler.build import kernel_resources as resources
+from playground.core.names import short_name
 from playground.report import kernel_lines
-from playground.resources import H200, occupancy
+from playground.compiler.kernel_resources import H200, occupancy
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILY = registry.find("sum")
@@ -177,11 +179,11 @@ def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_sho
     """The GPU path of runner.launches with the H200's records in place of the profiler, up to the report."""
     from rich.console import Console
 
-    from playground import runner
-    from playground.build import COMPILER_LOG, BuildInfo, folder
-    from playground.check import Check
+    from playground.run import runner
+    from playground.compiler.build import COMPILER_LOG, BuildInfo, folder
+    from playground.run.check import Check
     from playground.report import run_report
-    from playground.results import BaselineResult, RunResult, VariantResult
+    from playground.core.record import BaselineResult, RunResult, VariantResult
 
     where = folder("kplay_sum_tree_fake")
     where.mkdir(parents=True, exist_ok=True)
@@ -205,8 +207,8 @@ def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_sho
 
 
 def test_a_profiler_that_fails_is_a_warning_not_a_failed_run(monkeypatch):
-    from playground import runner
-    from playground.results import BaselineResult, RunResult
+    from playground.run import runner
+    from playground.core.record import BaselineResult, RunResult
 
     def broken(calls):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED\nmore")
@@ -222,7 +224,7 @@ def test_a_profiler_that_fails_is_a_warning_not_a_failed_run(monkeypatch):
 @pytest.fixture(scope="module")
 def built_sum():
     """name(variant, threads): the build of sum's tree or fast compiled here (no GPU needed), once each."""
-    from playground.build import build
+    from playground.compiler.build import build
 
     names = {}
 
@@ -256,7 +258,7 @@ def test_a_real_build_keeps_each_kernels_resources(built_sum, variant, threads):
 @pytest.mark.nvcc
 @pytest.mark.slow  # one more nvcc build
 def test_an_ejected_rung_with_its_kernel_renamed_reports_the_new_name(kplay, tmp_path):
-    from playground.build import build
+    from playground.compiler.build import build
 
     folder = tmp_path / "mine"
     assert kplay("eject", "sum", folder, "--variant", "tree", "--param", "threads=512", "--solution").exit_code == 0
@@ -272,7 +274,7 @@ def test_an_ejected_rung_with_its_kernel_renamed_reports_the_new_name(kplay, tmp
 def test_a_cached_build_reads_its_resources_back_in_well_under_a_tenth_of_a_second(built_sum):
     """In a fresh process, after a cache hit: the resources cost a read of resources.json, no compiler."""
     built_sum("fast", 256)  # the build the fresh process then finds in the cache
-    code = ("import time, torch\nfrom playground import registry, resources\nfrom playground.build import build\n"
+    code = ("import time, torch\nfrom playground import registry, resources\nfrom playground.compiler.build import build\n"
             "fam = registry.find('sum')\nt0 = time.perf_counter()\n"
             "_, info = build(fam, fam.variants['fast'], fam.parse_params([]))\n"
             "t = time.perf_counter()\nk = resources.for_dtype(resources.of_build(info.name), 'float32')\n"
@@ -287,8 +289,8 @@ def test_a_cached_build_reads_its_resources_back_in_well_under_a_tenth_of_a_seco
 def test_a_compile_error_still_points_at_the_students_cu_file(tmp_path):
     import shutil
 
-    from playground.build import build
-    from playground.errors import BuildError
+    from playground.compiler.build import build
+    from playground.core.errors import BuildError
 
     folder = tmp_path / "sum"
     shutil.copytree(FAMILY.path, folder)

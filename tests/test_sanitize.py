@@ -8,7 +8,9 @@ import pytest
 from rich.console import Console
 
 from conftest import gpu
-from playground import isolate, registry, request, sanitize
+from playground.child import spawn as isolate
+from playground.family import registry, request
+from playground.insight import sanitize
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -97,7 +99,7 @@ def test_a_crash_is_reported_with_the_findings():
     (["--sanitize", "memcheck", "--variant", "cpp"], "sum/cpp is a cpu variant"),
 ])
 def test_sanitize_bad_input_is_one_line(kplay, monkeypatch, args, says):
-    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: "/bin/true")  # the tool is there
+    monkeypatch.setattr("playground.compiler.toolchain.cuda_tool", lambda name: "/bin/true")  # the tool is there
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # and a GPU
     result = kplay("run", "sum", *args)
     assert result.exit_code == 2, result.output
@@ -105,7 +107,7 @@ def test_sanitize_bad_input_is_one_line(kplay, monkeypatch, args, says):
 
 
 def test_sanitize_without_the_tool_is_one_line_naming_the_package(kplay, monkeypatch):
-    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: None)
+    monkeypatch.setattr("playground.compiler.toolchain.cuda_tool", lambda name: None)
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)  # a GPU machine without the tool
     result = kplay("run", "sum", "--sanitize", "racecheck")
     assert result.exit_code == 2
@@ -115,7 +117,7 @@ def test_sanitize_without_the_tool_is_one_line_naming_the_package(kplay, monkeyp
 @pytest.mark.skipif(gpu(), reason="the no-GPU message")
 @pytest.mark.parametrize("tool", ["/bin/true", None])  # with the tool, and without it: installing it would not help
 def test_sanitize_without_a_gpu_is_one_line(kplay, monkeypatch, tool):
-    monkeypatch.setattr("playground.toolchain.cuda_tool", lambda name: tool)
+    monkeypatch.setattr("playground.compiler.toolchain.cuda_tool", lambda name: tool)
     result = kplay("run", "sum", "--sanitize", "memcheck")
     assert result.exit_code == 2
     assert "--sanitize memcheck: no CUDA GPU is visible here" in result.output and "Traceback" not in result.output
@@ -123,7 +125,8 @@ def test_sanitize_without_a_gpu_is_one_line(kplay, monkeypatch, tool):
 
 def test_every_cuda_build_has_lineinfo(tmp_path):
     """A sanitized run's findings get file and line from the same build a plain run uses (no second compile)."""
-    from playground import build, render
+    from playground.compiler.build import build as build
+    from playground.family import render
 
     fam = registry.find("sum")
     v = fam.variants["fast"]
@@ -146,7 +149,7 @@ def test_the_child_runs_under_a_wrapping_tool_through_a_file():
 def test_a_race_is_shown_at_the_student_s_file_and_line(kplay, tmp_path):
     from test_wrong import FAMILIES, wrong_folder
 
-    from playground.registry import tomllib
+    from playground.family.registry import tomllib
 
     entry = next(e for e in tomllib.loads((Path(__file__).parent / "wrong/sum/wrong.toml").read_text())["wrong"]
                  if e.get("name") == "tree_warp_race")

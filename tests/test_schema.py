@@ -7,9 +7,9 @@ import shutil
 import pytest
 
 from conftest import ROOT, WRONG
-from playground import registry, request, spec
-from playground.errors import UsageError
-from playground.scaffold import eject, new
+from playground.family import registry, request, spec
+from playground.core.errors import UsageError
+from playground.workshop.scaffold import eject, new
 
 FOLDERS = sorted(p.parent for p in [*(ROOT / "snippets").glob("*/task.toml"), *WRONG.glob("*/task.toml")])
 

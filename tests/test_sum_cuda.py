@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from playground import registry
-from playground.build import build
-from playground.spec import module as load_spec
+from playground.family import registry
+from playground.compiler.build import build
+from playground.family.spec import module as load_spec
 
 FAMILY = registry.find("sum")
 SPEC = load_spec(FAMILY)
@@ -134,8 +134,8 @@ def test_a_2d_input_sums_every_element(variant, shape, dtype):
 
 REJECT = """
 import torch
-from playground import registry
-from playground.build import build
+from playground.family import registry
+from playground.compiler.build import build
 family = registry.find("sum")
 ops = build(family, family.variants["fast"], family.parse_params([]))[0]
 for x in (torch.randn(4), torch.arange(4, device="cuda")):

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from playground import trust
-from playground.timing import Stats, bench, same
+from playground.run import audit as trust
+from playground.run.timing import Stats, bench, same
 
 
 def stats(median, noise, **kw):
@@ -33,7 +33,7 @@ def test_two_medians_within_the_larger_noise_are_the_same():
 def test_forward_plus_backward_adds_medians_and_keeps_both_steps_sm_clocks():
     """A call's time (forward + backward) sums the steps' medians and keeps the SM clock over all their
     samples: the report's 'SM clock' line and the pool's table read it."""
-    from playground.results import total
+    from playground.core.record import total
 
     fw = Stats(1e-4, 9e-5, 1.1e-4, 40, "m", noise=0.02, clock_mhz=(1900, 1980, 1980))
     bw = Stats(3e-4, 2.8e-4, 3.2e-4, 30, "m", noise=0.04, clock_mhz=(1755, 1965, 1980))
@@ -158,7 +158,7 @@ def test_a_slow_host_path_stays_out_of_the_events():
 def test_the_kernels_line_leaves_no_profiler_overhead_behind():
     """The run's closing profiler pass (resources.trace_each) must not slow the launches after it in the same
     process (a Python-API loop, a notebook): CUPTI is torn down once the pass ends."""
-    from playground import resources
+    from playground.compiler.build import kernel_resources as resources
 
     x = torch.randn(10**4, device="cuda")
     before = bench({"sum": lambda: torch.sum(x)}, "cuda", budget_s=0.2)["sum"].median_s
@@ -170,7 +170,7 @@ def test_the_kernels_line_leaves_no_profiler_overhead_behind():
 def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure():
     """The guard against an H200's figures: 4,814 GB/s; 66,908 GFLOP/s float32 on the CUDA cores, 8x that on
     the tensor cores (TF32). An honest rate passes; one above either ceiling fails and says which."""
-    from playground import device
+    from playground.run import peaks as device
 
     h200 = device.Peaks("NVIDIA H200", 4814.0, {"float32": 66908.0})
     rate = lambda gbps, gflops: SimpleNamespace(gbps=gbps, gflops=gflops)
@@ -186,7 +186,7 @@ def test_a_rate_above_the_gpus_ceilings_is_a_timing_failure():
 
 def test_on_volta_and_turing_a_float32_rate_above_the_cuda_cores_fails():
     """Their tensor cores take half types only: a float32 rate above the CUDA cores' peak is no kernel's."""
-    from playground import device
+    from playground.run import peaks as device
 
     v100 = device.Peaks("Tesla V100", 900.0, {"float32": 15_700.0})
     (compute,) = trust.impossible(SimpleNamespace(gbps=None, gflops=20_000.0), v100, 7, "float32")

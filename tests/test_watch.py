@@ -12,9 +12,11 @@ import pytest
 from rich.console import Console
 
 from conftest import ROOT
-from playground import isolate, request, watch
+from playground.child import spawn as isolate
 
 # The ejected sum.cpp with its SIMD lanes and threads replaced by one scalar loop (strict IEEE order: the
+from playground.family import request
+from playground.workshop import watch
 # compiler cannot vectorize it), as a student might write it first.
 SCALAR = """
 template <typename T>
@@ -98,7 +100,7 @@ def test_watch_bad_folder_is_one_line_and_exit_2(kplay, tmp_path, make, message)
 
 def test_watch_without_watchfiles_says_so_before_any_run(kplay, ejected, monkeypatch):
     monkeypatch.setitem(sys.modules, "watchfiles", None)  # import watchfiles now raises ImportError
-    monkeypatch.setattr("playground.isolate.warm", lambda: pytest.fail("a worker was started"))
+    monkeypatch.setattr("playground.child.spawn.warm", lambda: pytest.fail("a worker was started"))
     result = kplay("watch", ejected, "--no-bench")
     assert result.exit_code == 2 and "kplay watch needs watchfiles" in result.stderr, result.output
     assert "watching" not in result.output and "compiled" not in result.output
@@ -156,7 +158,7 @@ def test_a_newer_save_stops_a_hung_run_and_its_child(ejected):
     """isolate.stopped_by, as watch uses it: the hung call ends within a poll of the save, not at its --timeout."""
     import shutil
 
-    from playground.errors import KernelCrash
+    from playground.core.errors import KernelCrash
 
     shutil.copy(ROOT / "tests" / "wrong" / "sum" / "sum_hang.cpp", ejected / "sum.cpp")
     with pytest.raises(KernelCrash):  # builds it; the hang is stopped by its timeout

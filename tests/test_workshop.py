@@ -119,7 +119,8 @@ def _ours(cache) -> list[str]:
 def aten_cache(tmp_path_factory):
     """A cache of these tests' own (their processes are told apart by it), with the ATen headers precompiled (the
     session's, which it links to): a kill meets the compile of linear.cpp itself."""
-    from playground import build, registry
+    from playground.compiler.build import build as build
+    from playground.family import registry
 
     linear = registry.find("linear")
     assert build.precompile(linear, linear.variants["cpp"])
@@ -195,8 +196,8 @@ def test_export_builds_a_package_that_imports_and_passes_its_test(kplay, tmp_pat
 @pytest.mark.nvcc
 @pytest.mark.slow  # one more nvcc build
 def test_a_faulting_cuda_kernel_compiles_here():
-    from playground import registry
-    from playground.build import build
+    from playground.family import registry
+    from playground.compiler.build import build
 
     fam = registry.find(str(ROOT / "tests" / "wrong" / "cuda_fault"))
     ops, info = build(fam, fam.variants["fault"], {})
@@ -225,8 +226,8 @@ def test_eject_and_export_one_variant_by_name(kplay, tmp_path):
 def test_a_variant_using_cublaslt_gets_torchs_copy_and_its_headers(kplay, tmp_path):
     """libraries = ["cublasLt"]: the library torch loaded (no second copy) and the headers beside it,
     carried by eject and written into an export's setup.py."""
-    from playground.toolchain import nvidia_library
-    from playground.registry import tomllib
+    from playground.compiler.toolchain import nvidia_library
+    from playground.family.registry import tomllib
 
     inc, so = nvidia_library("cublasLt")
     assert os.path.exists(os.path.join(inc, "cublasLt.h")) and "libcublasLt.so" in so
@@ -305,7 +306,7 @@ def test_a_missing_header_listed_in_includes_is_one_line_exit_2(kplay, tmp_path)
 
 
 def test_eject_of_a_family_with_includes_builds_and_passes_from_the_ejected_folder(kplay, tmp_path):
-    from playground.registry import tomllib
+    from playground.family.registry import tomllib
 
     original = _family_with_header(tmp_path, kplay)
     target = tmp_path / "ejected"
@@ -332,7 +333,9 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
     """kplay/stable.h is on every build's -I path; editing it renames (rebuilds) every build."""
     import shutil
 
-    from playground import build, registry
+    from playground.compiler.build import build as build
+
+    from playground.family import registry
 
     fam = registry.find("sum")
     variant = fam.variants["cpp"]
@@ -349,7 +352,8 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
 def test_a_build_links_with_gold_where_the_toolchain_has_it():
     """gold links a kernel's library in under half of ld's time: used where it works, and the library loads."""
     import playground
-    from playground import build, registry
+    from playground.compiler.build import build as build
+    from playground.family import registry
 
     fam = registry.find("sum")
     srcs = {"sum.cpp": (fam.path / "sum.cpp").read_text()}
@@ -372,9 +376,9 @@ def test_an_ejected_cuda_rung_passes_from_its_folder(kplay, tmp_path):
 @pytest.mark.slow  # -m "not slow": test_resources maps an nvcc error to the student's .cu file
 def test_an_ejected_cuda_rung_compiles_from_its_folder_and_a_header_error_points_at_it(kplay, tmp_path):
     """ladder.cuh travels with the rung; nvcc's `file(line): error` in it names the header and its line."""
-    from playground import registry
-    from playground.build import build
-    from playground.errors import BuildError
+    from playground.family import registry
+    from playground.compiler.build import build
+    from playground.core.errors import BuildError
 
     folder = tmp_path / "tree"
     assert kplay("eject", "sum", folder, "--variant", "tree").exit_code == 0

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import WRONG, wrong_folder
-from playground import registry
-from playground.registry import tomllib
+from playground.family import registry
+from playground.family.registry import tomllib
 
 FAMILIES = registry.families()
 

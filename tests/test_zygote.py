@@ -12,8 +12,9 @@ import time
 import pytest
 
 from conftest import ROOT, private_cache
-from playground import isolate, request
-from playground.errors import KernelCrash
+from playground.child import spawn as isolate
+from playground.family import request
+from playground.core.errors import KernelCrash
 from test_workshop import _ours
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork from a zygote: Linux only")
@@ -53,7 +54,7 @@ def test_warm_runs_fork_from_one_process_and_give_the_same_record(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
     with isolate.warm():
         warm = [sum_run() for _ in range(3)]
-    assert len(started) == 1 and "playground.zygote" in started[0]  # the zygote alone: no fresh worker
+    assert len(started) == 1 and "playground.child.warm" in started[0]  # the zygote alone: no fresh worker
     assert all(r["ok"] and r["variants"][0]["check"] == cold["variants"][0]["check"] for r in warm)
 
 
@@ -81,7 +82,8 @@ def test_a_zygote_that_died_falls_back_to_a_fresh_worker():
 def test_killing_kplay_kills_the_zygote_and_a_hanging_child(wrong_kernel, tmp_path):
     folder, cache = wrong_kernel("sum", "sum_hang.cpp"), private_cache(tmp_path / "cache")
     script = textwrap.dedent(f"""
-        from playground import isolate, request
+        from playground.child import spawn as isolate
+        from playground.family import request
         with isolate.warm():
             isolate.run(request.make({str(folder)!r}, device="cpu", sizes={{"n": "100"}}, timeout=600))
     """)

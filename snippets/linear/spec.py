@@ -5,7 +5,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from playground.check import WrongOutput
+from playground.run.check import WrongOutput
 
 # kplay compares float32 arithmetic with float32 arithmetic: TF32 would round cuBLAS's inputs to 10
 # mantissa bits and make F.linear both faster and less accurate than the kernels it is timed against.

@@ -1,0 +1,404 @@
+"""Find kernel families (folders with a task.toml) without importing torch."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Collection
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from ..core.errors import UsageError
+
+_HOME = Path(__file__).resolve().parent.parent  # playground/
+# the built-in families: playground/snippets in an installed wheel, the checkout's snippets/ beside playground/
+BUILTIN = next((p for p in (_HOME / "snippets", _HOME.parent / "snippets") if p.is_dir()), _HOME / "snippets")
+DEVICES = ("cpu", "cuda")
+DTYPES = ("int32", "int64", "float16", "bfloat16", "float32", "float64")
+
+# The value types a task.toml key may have, by the words an error shows.
+TYPES = {
+    "a string": lambda v: isinstance(v, str),
+    "an integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "an integer or a string": lambda v: isinstance(v, (int, str)) and not isinstance(v, bool),
+    "a table": lambda v: isinstance(v, dict),
+    "a list": lambda v: isinstance(v, list),
+    "a list of strings": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "a list of tables": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+    "true, false or a table": lambda v: isinstance(v, (bool, dict)),
+}
+# Every key task.toml may hold, table by table, and its type: anything else is a typo.
+FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "dtypes": "a list of strings",
+               "sizes": "a table", "test_sizes": "a list of tables", "params": "a table", "variants": "a table",
+               "bench": "true, false or a table", "default_variant": "a string", "includes": "a list of strings",
+               "values": "a table", "exercise": "true, false or a table", "baselines": "a list of strings",
+               "forms": "a list of strings", "grade_dtypes": "a list of strings", "sanitize_sizes": "a list of tables"}
+FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
+VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
+                "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
+                "includes": "a list of strings", "math": "a string"}
+MATH = ("tf32",)  # a variant's arithmetic where it is not its dtype's: spec.py's tolerance(..., math=) bounds it
+SIZE_KEYS = {"default": "an integer", "max": "an integer", "help": "a string"}
+PARAM_KEYS = {"default": "an integer or a string", "choices": "a list", "min": "an integer", "max": "an integer",
+              "help": "a string"}
+VALUES_KEYS = {"size": "a string", "help": "a string"}
+BENCH_KEYS = {"size": "a string", "tie": "a list of strings", "sizes": "a string"}
+EXERCISE_KEYS = {"family": "a string", "variant": "a string", "student": "a string", "id": "a string",
+                 "hints": "a list of tables"}  # written by kplay start
+HINT_KEYS = {"number": "an integer", "file": "a string", "line": "an integer", "what": "a string", "why": "a string"}
+
+
+def did_you_mean(word: str, known) -> str:
+    close = difflib.get_close_matches(word, known, n=1)
+    return f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known)}"
+
+
+def check_keys(where: str, raw: dict, keys: dict) -> None:
+    """Every key of a table known (else a did-you-mean) and of its type; where: '[variants.cpp] ' or ''."""
+    for key, value in raw.items():
+        if key not in keys:
+            raise ValueError(f"{where}unknown key '{key}'; {did_you_mean(key, keys)}")
+        if not TYPES[keys[key]](value):
+            shown = json.dumps(value, default=str)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise ValueError(f"{where}{key} = {shown}: expected {keys[key]}")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: int | str
+    choices: tuple = ()
+    min: int | None = None
+    max: int | None = None
+    help: str = ""
+
+    def parse(self, text: str) -> int | str:
+        """Validate a value given on the command line."""
+        value: int | str = text
+        if isinstance(self.default, int):
+            try:
+                value = int(text)
+            except ValueError:
+                raise UsageError(f"--param {self.name}={text}: expected an integer") from None
+        if self.choices and value not in self.choices:
+            valid = ", ".join(map(str, self.choices))
+            raise UsageError(f"--param {self.name}={text}: valid values are {valid}")
+        if self.min is not None and value < self.min or self.max is not None and value > self.max:
+            raise UsageError(f"--param {self.name}={text}: must be in [{self.min}, {self.max}]")
+        return value
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    device: str  # "cpu", "cuda" or "any" (pure PyTorch, nothing to build)
+    sources: tuple[str, ...] = ()
+    note: str = ""
+    cflags: tuple[str, ...] = ()
+    cuda_cflags: tuple[str, ...] = ()
+    ldflags: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()  # NVIDIA libraries torch links, e.g. cublasLt: headers and linking found for you
+    includes: tuple[str, ...] = ()  # headers in the family's folder that the sources #include (hashed, -I folder)
+    math: str = ""  # "tf32": float32 inputs rounded to TF32 on the tensor cores; the check's tolerance says so
+
+    def runs_on(self, device: str) -> bool:
+        return self.device in (device, "any")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    path: Path
+    summary: str
+    note: str
+    dtypes: tuple[str, ...]
+    sizes: dict[str, int]  # name -> default: each is an option of `kplay run NAME --SIZE VALUE`
+    test_sizes: tuple[dict, ...]
+    params: dict[str, Param]
+    variants: dict[str, Variant]
+    bench: bool | dict = True  # false: check only; a [bench] table: time it, and how kplay bench sweeps it
+    default_variant: str = ""
+    size_help: dict[str, str] = field(default_factory=dict)
+    size_max: dict[str, int] = field(default_factory=dict)  # a size's largest value, where the family sets one
+    values: dict = field(default_factory=dict)  # [values]: the input given as a list; its length sets `size`
+    baselines: tuple[str, ...] = ()  # what spec.py times the kernel against, by name: checked before torch loads
+    exercise: bool | dict = False  # true: show and eject give the starter; a table: a folder kplay start wrote
+    grade_dtypes: tuple[str, ...] = ()  # what kplay check grades (empty: every dtype)
+    sanitize_sizes: tuple[dict, ...] = ()  # small sizes kplay check runs memcheck and racecheck at (empty: test_sizes)
+    forms: tuple[str, ...] = ()  # FORMS the op takes: the check runs the requested size in each
+
+    @property
+    def devices(self) -> list[str]:
+        return [d for d in DEVICES if any(v.runs_on(d) for v in self.variants.values())]
+
+    def variants_for(self, device: str) -> list[Variant]:
+        return [v for v in self.variants.values() if v.runs_on(device)]
+
+    def pick_variants(self, device: str, name: str | None) -> list[Variant]:
+        """The variants a run uses: one by name, 'all', or the family's default."""
+        avail = self.variants_for(device)
+        if not avail:
+            why = " (no GPU here, or --device cpu)" if device == "cpu" else ""
+            raise UsageError(f"{self.name} in {self.path} has only {' and '.join(self.devices)} variants "
+                             f"({', '.join(self.variants)}); this run is on {device}{why}")
+        name = name or self.default_variant or avail[0].name
+        if name == "all":
+            return avail
+        for v in avail:
+            if v.name == name:
+                return [v]
+        if name in self.variants:
+            raise UsageError(f"{self.name}/{name} is a {self.variants[name].device} variant and this run is on {device}"
+                             + (" (this machine has no GPU)" if device == "cpu" else ""))
+        names = ", ".join(v.name for v in avail)
+        raise UsageError(f"{self.name} has no {device} variant '{name}'; valid: {names}, all")
+
+    def variant(self, name: str) -> Variant:
+        """A variant by name, whatever its device."""
+        if name not in self.variants:
+            raise UsageError(f"{self.name} has no variant '{name}'; valid: {', '.join(self.variants)}")
+        return self.variants[name]
+
+    def parse_params(self, pairs: list[str]) -> dict[str, int | str]:
+        """Turn ['threads=512'] into the full parameter dict, defaults filled in."""
+        values = {p.name: p.default for p in self.params.values()}
+        for pair in pairs:
+            key, sep, text = pair.partition("=")
+            if not sep:
+                raise UsageError(f"--param {pair}: expected NAME=VALUE")
+            if key not in self.params:
+                valid = ", ".join(self.params) or "none"
+                raise UsageError(f"{self.name} has no parameter '{key}'; valid: {valid}")
+            values[key] = self.params[key].parse(text)
+        return values
+
+
+def _variant(name: str, raw: dict, path: Path, shared: tuple = ()) -> Variant:
+    check_keys(f"[variants.{name}] ", raw, VARIANT_KEYS)
+    if raw.get("device", "cpu") not in (*DEVICES, "any"):
+        raise ValueError(f"[variants.{name}] device = {json.dumps(raw['device'])}: expected cpu, cuda or any")
+    if raw.get("math", MATH[0]) not in MATH:
+        raise ValueError(f"[variants.{name}] math = {json.dumps(raw['math'])}: expected {' or '.join(MATH)}")
+    variant = Variant(
+        name=name,
+        device=raw.get("device", "cpu"),
+        sources=tuple(raw.get("sources", ())),
+        note=raw.get("note", ""),
+        cflags=tuple(raw.get("cflags", ())),
+        cuda_cflags=tuple(raw.get("cuda_cflags", ())),
+        ldflags=tuple(raw.get("ldflags", ())),
+        libraries=tuple(raw.get("libraries", ())),
+        includes=tuple(dict.fromkeys([*shared, *raw.get("includes", ())])),
+        math=raw.get("math", ""),
+    )
+    _files_exist(path, variant)
+    return variant
+
+
+def _variants(raw: dict, path: Path, shared: tuple) -> dict[str, Variant]:
+    """[variants.NAME] tables; shared: the family-level includes, which every variant gets."""
+    for k, v in raw.items():
+        if not isinstance(v, dict):
+            raise ValueError(f"variants.{k}: expected a table, e.g. [variants.{k}] with device and sources")
+    return {k: _variant(k, v, path, shared) for k, v in raw.items()}
+
+
+def _files_exist(path: Path, variant: Variant) -> None:
+    """Each listed source and header is a file in the family's folder (named here, not as a build's error)."""
+    for name, what, key in [*((n, "source", "sources") for n in variant.sources),
+                            *((n, "header", "includes") for n in variant.includes)]:
+        if not (path / name).is_file():
+            raise UsageError(f"{path.name}/{variant.name}: {what} {path / name} (task.toml {key}) does not exist")
+
+
+def load_family(path: Path) -> Family:
+    """Read one family folder's task.toml and check it: unknown keys, wrong types and missing files are named."""
+    toml = path / "task.toml"
+    if not path.exists():
+        raise UsageError(f"{path} does not exist")
+    try:
+        raw = tomllib.loads(toml.read_text())
+    except OSError:
+        raise UsageError(f"{path} is not a kernel folder: it has no task.toml") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{toml}: {e}") from None
+    try:
+        return _family(path, raw)
+    except (TypeError, AttributeError, ValueError) as e:
+        raise UsageError(f"{toml}: {e}") from None
+
+
+def _sizes(raw: dict) -> tuple[dict, dict, dict]:
+    """[sizes]: `n = 10_000_000`, or `n = { default = 10_000_000, max = 10**9, help = "elements" }`:
+    (defaults, help, maxima)."""
+    tables = {k: v if isinstance(v, dict) else {"default": v} for k, v in raw.items()}
+    for k, v in tables.items():
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", k):
+            raise ValueError(f"[sizes] {k}: a size's name is lower-case letters, digits and _ (it is the option --NAME)")
+        if "default" not in v:
+            raise ValueError(f"[sizes] {k}: no default, e.g. {k} = {{ default = 1000 }}")
+        check_keys(f"[sizes] {k}: ", v, SIZE_KEYS)
+        if v.get("max", v["default"]) < v["default"]:
+            raise ValueError(f"[sizes] {k}: max = {v['max']!r} must be at least the default")
+    return ({k: v["default"] for k, v in tables.items()}, {k: v.get("help", "") for k, v in tables.items()},
+            {k: v["max"] for k, v in tables.items() if "max" in v})
+
+
+def _values(raw: dict, sizes: dict) -> dict:
+    """[values]: `size = "n"` (the size the list's length sets) and its help."""
+    check_keys("[values] ", raw, VALUES_KEYS)
+    if raw and raw.get("size") not in sizes:
+        raise ValueError(f"[values] size = {raw.get('size')!r}: it must name one of the sizes ({', '.join(sizes)})")
+    return dict(raw)
+
+
+def _params(raw: dict) -> dict[str, Param]:
+    for k, v in raw.items():
+        if not isinstance(v, dict) or "default" not in v:
+            raise ValueError(f"[params.{k}]: a table with a default, e.g. default = 256")
+        check_keys(f"[params.{k}] ", v, PARAM_KEYS)
+    return {k: Param(name=k, **{**v, "choices": tuple(v.get("choices", ()))}) for k, v in raw.items()}
+
+
+def _test_sizes(raw: list, sizes: dict) -> tuple[dict, ...]:
+    """[[test_sizes]]: each names some of the sizes, the others keep their defaults."""
+    for k, case in enumerate(raw, 1):
+        check_keys(f"[[test_sizes]] #{k}: ", case, dict.fromkeys(sizes, "an integer"))
+    return tuple(raw)
+
+
+def _bench(raw: bool | dict, sizes: dict) -> bool | dict:
+    """`bench = false` (check only), or a [bench] table: the swept size, the sizes tied to it, the range."""
+    if isinstance(raw, dict):
+        check_keys("[bench] ", raw, BENCH_KEYS)
+        for k in [raw.get("size", next(iter(sizes), "")), *raw.get("tie", ())]:
+            if k not in sizes:
+                raise ValueError(f"[bench]: {k!r} is not one of the sizes ({', '.join(sizes)})")
+    return raw
+
+
+def _exercise(raw: bool | dict) -> bool | dict:
+    if isinstance(raw, dict):
+        check_keys("[exercise] ", raw, EXERCISE_KEYS)
+        for hint in raw.get("hints", ()):
+            check_keys("[[exercise.hints]] ", hint, HINT_KEYS)
+    return raw
+
+
+def _family(path: Path, raw: dict) -> Family:
+    check_keys("", raw, FAMILY_KEYS)
+    sizes, size_help, size_max = _sizes(raw.get("sizes", {}))
+    dtypes = tuple(raw.get("dtypes", ["float32"]))
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtypes: unknown dtype '{dtype}'; {did_you_mean(dtype, DTYPES)}")
+    for dtype in raw.get("grade_dtypes", ()):
+        if dtype not in dtypes:
+            raise ValueError(f"grade_dtypes: '{dtype}' is not one of the dtypes ({', '.join(dtypes)})")
+    variants = _variants(raw.get("variants", {}), path, tuple(raw.get("includes", ())))
+    default = raw.get("default_variant", "")
+    if default not in ("", "all", *variants):
+        raise ValueError(f"default_variant = {json.dumps(default)}: not a variant; {did_you_mean(default, ['all', *variants])}")
+    return Family(
+        name=raw.get("name", path.name),
+        path=path,
+        summary=raw.get("summary", ""),
+        note=raw.get("note", ""),
+        dtypes=dtypes,
+        sizes=sizes,
+        size_help=size_help,
+        size_max=size_max,
+        values=_values(raw.get("values", {}), sizes),
+        test_sizes=_test_sizes(raw.get("test_sizes", []), sizes),
+        params=_params(raw.get("params", {})),
+        variants=variants,
+        bench=_bench(raw.get("bench", True), sizes),
+        default_variant=default,
+        baselines=tuple(dict.fromkeys(raw.get("baselines", ()))),
+        exercise=_exercise(raw.get("exercise", False)),
+        grade_dtypes=tuple(raw.get("grade_dtypes", ())),
+        sanitize_sizes=_test_sizes(raw.get("sanitize_sizes", []), sizes),
+        forms=_forms(raw.get("forms", [])),
+    )
+
+
+def _forms(raw: list) -> tuple[str, ...]:
+    for form in raw:
+        if form not in FORMS:
+            raise ValueError(f"forms: unknown form '{form}'; {did_you_mean(form, FORMS)}")
+    return tuple(dict.fromkeys(raw))
+
+
+def search_path(extra: list[str] | None = None) -> list[Path]:
+    """Folders holding families: --path options, then $KPLAY_PATH, then the built-in snippets."""
+    env = [p for p in os.environ.get("KPLAY_PATH", "").split(os.pathsep) if p]
+    return [Path(p).expanduser() for p in [*(extra or []), *env]] + [BUILTIN]
+
+
+def scan(extra: list[str] | None = None) -> tuple[dict[str, Family], list[str]]:
+    """Every family on the search path (an earlier folder shadows a later one of the same name), and one
+    line for each folder whose task.toml is refused: one broken family hides none of the others."""
+    found: dict[str, Family] = {}
+    refused = []
+    for root in reversed(search_path(extra)):
+        for toml in sorted(root.glob("*/task.toml")):
+            try:
+                fam = load_family(toml.parent)
+            except UsageError as e:
+                refused.append(str(e))
+                continue
+            found[fam.name] = fam
+    return dict(sorted(found.items())), refused
+
+
+def families(extra: list[str] | None = None) -> dict[str, Family]:
+    """Every family on the search path; a refused task.toml is an error."""
+    found, refused = scan(extra)
+    if refused:
+        raise UsageError(refused[0])
+    return found
+
+
+def clash(fam: Family, options: Collection[str]) -> str:
+    """An error when a size takes the name of a command's option (`--against`: the option would win), else ''."""
+    taken = [k for k in fam.sizes if k in options]
+    if not taken:
+        return ""
+    return (f"{fam.path / 'task.toml'}: the size '{taken[0]}' has the name of one of kplay's own options "
+            f"(--{taken[0]}); rename it in [sizes]")
+
+
+def shadowing(fam: Family) -> str:
+    """A warning when a family from --path or $KPLAY_PATH has a built-in's name, else ''."""
+    builtin = BUILTIN / fam.name
+    if fam.path.resolve() == builtin.resolve() or not (builtin / "task.toml").exists():
+        return ""
+    return f"{fam.name} from {fam.path} has the name of a built-in family; this run uses {fam.path}"
+
+
+def is_path(name: str) -> bool:
+    """`./mysum`, `/tmp/x/sum`: a folder named on the command line, not a family looked up by name."""
+    return bool(re.search(r"[/\\]", name)) or name.startswith(".")
+
+
+def find(name: str, extra: list[str] | None = None) -> Family:
+    """A family by name, or by the path of its folder (an ejected or hand-made snippet)."""
+    if is_path(name):
+        return load_family(Path(name).expanduser().resolve())
+    for root in search_path(extra):  # a folder of that name: found without reading the others
+        if (root / name / "task.toml").exists():
+            return load_family(root / name)
+    known = scan(extra)[0]  # a refused family elsewhere does not stop the search
+    if name in known:
+        return known[name]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(known)}"
+    raise UsageError(f"unknown kernel '{name}'{hint}")

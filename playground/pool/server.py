@@ -1,0 +1,335 @@
+"""The pool's student endpoint: HTTPS, one token per student; it grades a submission on the cluster for them.
+
+Students never hold a Dask certificate. They send a started folder's kernel sources and their token; the
+endpoint checks both, submits the grade to a free worker (`grade_files`, run there), writes the record to the
+results folder under the token's name, then answers. The exercise's own task.toml and spec.py are the
+worker's (kplay's), never the student's: only the files the student edits are taken from the submission.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import ssl
+import tempfile
+import threading
+import uuid
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from ..core.errors import UsageError
+
+MAX_BYTES = 1 << 20  # a submission's whole body
+MAX_FILE = 256 << 10  # one source file
+WAITING = 2  # a student's requests at once: more are refused (429), so one student cannot queue the GPUs
+ANSWER_S = 3600.0  # the longest a request waits for its grade, queue included; then it is cancelled
+CONNECTIONS = 256  # open connections at once; more are closed at once (a client retries)
+IDLE_S = 60.0  # a connection that sends nothing for this long is dropped
+EXERCISE = re.compile(r"[a-z][a-z0-9_]*/[a-z0-9][a-z0-9-]*")  # family/variant: built-in names, never a path
+
+
+class Refused(Exception):
+    """A request the endpoint answers with an HTTP error: (status, one line)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def editable(family: str, variant: str) -> tuple:
+    """(family, variant, the file names a student may send) of a built-in exercise; Refused otherwise. A name
+    is a built-in's, never a path: a family found elsewhere (a folder of the student's own, with its own
+    tolerances) is refused."""
+    from ..workshop import exercise
+    from ..family import registry
+    from ..core.errors import KplayError
+
+    if not EXERCISE.fullmatch(f"{family}/{variant}"):
+        raise Refused(400, f"not an exercise of this pool: {family}/{variant}"[:200])
+    try:
+        fam = registry.find(family)
+        v = fam.variant(variant)
+    except KplayError as e:
+        raise Refused(400, f"not an exercise of this pool: {e}") from None
+    if fam.path.resolve().parent != registry.BUILTIN:
+        raise Refused(400, f"not an exercise of this pool: {family} is not one of kplay's own")
+    if v.name not in exercise.exercises(fam):
+        raise Refused(400, f"{family}/{variant} is not an exercise (kplay list marks them *)")
+    return fam, v, {*v.sources, *v.includes}
+
+
+def submission(body: dict) -> tuple:
+    """(family, variant, files) of a request, every name and size checked."""
+    if not isinstance(body.get("files"), dict) or not all(isinstance(t, str) for t in body["files"].values()):
+        raise Refused(400, "a submission carries its files as {name: text}")
+    fam, v, allowed = editable(str(body.get("family")), str(body.get("variant")))
+    unknown = sorted(set(body["files"]) - allowed)
+    if unknown:
+        raise Refused(400, f"{fam.name}/{v.name} takes only {', '.join(sorted(allowed))}; not {', '.join(unknown)}")
+    big = [n for n, t in body["files"].items() if len(t.encode()) > MAX_FILE]
+    if big:
+        raise Refused(413, f"{big[0]} is over {MAX_FILE >> 10} KB")
+    return fam, v, body["files"]
+
+
+def grade_files(family: str, variant: str, files: dict, student: str, timeout: float, sanitize: bool) -> dict:
+    """On a worker: the exercise started afresh in a temporary folder, the student's files written over its
+    starter, graded as `kplay check` grades (each kernel in kplay's child process); the worker named."""
+    from ..workshop import exercise
+    from ..core.errors import KplayError
+    from ..workshop.scaffold import eject
+
+    fam, v, _ = editable(family, variant)  # the worker checks the names again: it trusts no caller
+    with tempfile.TemporaryDirectory(prefix="kplay-grade-") as tmp:
+        folder = Path(tmp) / "exercise"
+        eject(fam, folder, [v], fam.parse_params([]), starter=True, exercise={"family": family, "variant": variant, "student": student,
+                                                             "hints": []})
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        try:
+            rec = exercise.grade(folder, "cuda" if v.device == "cuda" else "cpu", student, lambda *a, **k: None,
+                                 timeout, sanitize)
+        except KplayError as e:
+            rec = exercise.unusable(folder, student, e)
+    return rec | {"worker": _worker_name()}
+
+
+FILE_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")  # a kernel folder's file: a name, or one folder deep
+RUN_FIELDS = ("device", "variant", "dtype", "seed", "sizes", "params", "bench", "baselines", "skip_baselines",
+              "one_baseline", "budget_s", "warnings", "given_params", "test_sizes")
+
+
+def run_submission(body: dict) -> tuple[dict, dict]:
+    """(request, files) of a `run --pool`: the request's own fields only (a run, never a tool's), and the files
+    of a kernel folder (none for a built-in family: the pool's own)."""
+    request, files = body.get("request"), body.get("files")
+    if not isinstance(request, dict) or not isinstance(files, dict) or len(files) > 32:
+        raise Refused(400, "a run carries its request and at most 32 files")
+    bad = [n for n, t in files.items() if not FILE_NAME.fullmatch(n) or ".." in n.split("/") or not isinstance(t, str)]
+    if bad:
+        raise Refused(400, f"not a file name a kernel folder has: {bad[0]!r}")
+    if any(len(t.encode()) > MAX_FILE for t in files.values()):
+        raise Refused(413, f"a file is over {MAX_FILE >> 10} KB")
+    if files and "task.toml" not in files:
+        raise Refused(400, "a kernel folder's files include its task.toml")
+    if not re.fullmatch(r"[\w-]{1,64}", str(request.get("family"))):
+        raise Refused(400, "a family's name: letters, digits, '_' and '-'")
+    if request.get("device") not in ("auto", "cpu", "cuda"):
+        raise Refused(400, "device: auto, cpu or cuda")
+    kept = {k: request[k] for k in RUN_FIELDS if k in request}
+    return {"family": str(request.get("family")), "timeout": min(float(request.get("timeout") or 120.0), 600.0),
+            **kept}, files
+
+
+def run_files(request_json: str, files: dict) -> dict:
+    """On a worker: the kernel folder written to a temporary folder (or the pool's built-in family), run in
+    kplay's child as `kplay run` runs it: {"result"} or {"error"}, and the worker's name."""
+    import dataclasses
+    import tempfile
+
+    from ..child import spawn as isolate
+    from ..family import registry
+    from ..core.errors import KplayError
+    from ..family.request import Request
+
+    raw = json.loads(request_json)
+    with tempfile.TemporaryDirectory(prefix="kplay-run-") as tmp:
+        folder = Path(tmp) / raw["family"] if files else None
+        for name, text in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+        try:
+            path = folder or registry.find(raw["family"]).path
+            req = dataclasses.replace(Request(family=raw["family"], path=str(path)), **{k: v for k, v in raw.items()
+                                                                                       if k != "family"})
+            req = Request.from_json(req.to_json())  # lists back to tuples
+            reply = {"result": isolate.run(req)}  # "auto" takes this worker's GPU where the family has a CUDA variant
+        except KplayError as e:
+            reply = {"error": {"kind": type(e).__name__, "message": str(e), "details": getattr(e, "details", [])}}
+    return reply | {"worker": _worker_name()}
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return "this machine"
+
+
+class Endpoint:
+    """Tokens checked, grades submitted to the cluster, records kept: the logic behind the HTTPS server."""
+
+    def __init__(self, pool, scheduler: str):
+        """pool: a pool.Pool (its tokens, results folder and the cluster's TLS)."""
+        self.pool, self.scheduler, self._client, self._lock = pool, scheduler, None, threading.Lock()
+        self._waiting: dict[str, int] = {}  # student -> requests in flight
+
+    def student(self, token) -> str:
+        """The token's student; Refused (401) for no token, or one this pool did not issue."""
+        if not isinstance(token, str) or not token:
+            raise Refused(401, "no token: kplay check DIR --pool TOKEN-FILE (the file your instructor gave you)")
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        for known, name in self.pool.tokens().items():
+            if hmac.compare_digest(known, digest):
+                return name
+        raise Refused(401, "this token is not one of this pool's (ask your instructor for yours)")
+
+    @contextmanager
+    def turn(self, student: str):
+        """One of the student's WAITING requests at once; Refused (429) beyond them."""
+        with self._lock:
+            if self._waiting.get(student, 0) >= WAITING:
+                raise Refused(429, f"you have {WAITING} requests waiting already: wait for their answers")
+            self._waiting[student] = self._waiting.get(student, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._waiting[student] -= 1
+
+    def client(self):
+        """The endpoint's Dask client, connected again if the scheduler was restarted."""
+        from distributed import Client
+
+        with self._lock:
+            if self._client is None or self._client.status != "running":
+                if self._client is not None:
+                    self._client.close()
+                self._client = Client(self.scheduler, security=self.pool.security(), timeout=30,
+                                      set_as_default=False)
+            return self._client
+
+    def grade(self, body: dict) -> dict:
+        """One submission graded: the record, saved before it is returned."""
+        student = self.student(body.get("token"))
+        fam, v, files = submission(body)
+        timeout = min(float(body.get("timeout") or 120.0), 600.0)
+        with self.turn(student):
+            rec = self.submit(grade_files, (fam.name, v.name, files, student, timeout, bool(body.get("sanitize", True))),
+                              f"grade {student} {fam.name}/{v.name}", v.device == "cuda")
+        self.save(student, fam.name, v.name, rec)
+        return rec
+
+    def run(self, body: dict) -> dict:
+        """`kplay run --pool`: the request run on a worker (not kept: only grades are)."""
+        student = self.student(body.get("token"))
+        request, files = run_submission(body)
+        gpu = request["device"] == "cuda" or (request["device"] == "auto" and self.gpus() > 0)
+        with self.turn(student):
+            return self.submit(run_files, (json.dumps(request), files), f"run {student} {request['family']}", gpu)
+
+    def gpus(self) -> int:
+        return sum(bool(w.get("resources", {}).get("GPU")) for w in self.client().scheduler_info()["workers"].values())
+
+    def submit(self, fn, args: tuple, key: str, gpu: bool):
+        """fn(*args) on a free worker (one with a GPU where `gpu`); its value, or Refused when the pool cannot."""
+        try:
+            client = self.client()
+            if gpu and not self.gpus():
+                raise Refused(503, "this needs a GPU and the pool has no GPU worker now")
+            future = client.submit(fn, *args, key=f"{key} {uuid.uuid4().hex[:6]}",
+                                   resources={"GPU": 1} if gpu else {"GRADE": 1}, pure=False)
+            try:
+                return future.result(timeout=ANSWER_S)
+            except TimeoutError:
+                future.cancel()
+                raise Refused(504, f"no answer within {ANSWER_S / 60:.0f} minutes (the pool is busy): send it again "
+                                   "later") from None
+        except Refused:
+            raise
+        except Exception as e:  # the scheduler restarted, or the grade killed its workers: never a silent wait
+            raise Refused(503, f"the pool lost this grade ({type(e).__name__}): send it again") from None
+
+    def save(self, student: str, family: str, variant: str, rec: dict) -> Path:
+        """The latest record per student per exercise; every name in the path is the pool's, never the student's."""
+        folder = (self.pool.results / student).resolve()
+        if self.pool.results.resolve() not in folder.parents:
+            raise Refused(500, "a student name outside the results folder")
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{family}-{variant}.json"
+        write_whole(path, json.dumps(rec, indent=2), 0o644)
+        return path
+
+
+def write_whole(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write whole or not at all (a reader never sees half a file); two writers at once each write their own."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most CONNECTIONS of them: one more is closed at once."""
+
+    daemon_threads = True
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.slots = threading.BoundedSemaphore(CONNECTIONS)
+
+    def process_request(self, request, client_address):
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
+def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
+    """The HTTPS server on `port`, in a thread of its own; returned to be shut down."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(endpoint.pool.folder / "cluster.pem", endpoint.pool.folder / "cluster.key")
+
+    class Handler(BaseHTTPRequestHandler):
+        timeout = IDLE_S  # the socket's: a client that stalls (its handshake, its body) is dropped
+
+        def do_POST(self):
+            try:
+                if self.path not in ("/check", "/run"):
+                    raise Refused(404, f"no such request: {self.path}")
+                size = int(self.headers.get("Content-Length") or 0)
+                if not 0 <= size <= MAX_BYTES:
+                    raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB")
+                body = json.loads(self.rfile.read(size) or b"{}")
+                body = body if isinstance(body, dict) else {}
+                status, reply = 200, ({"record": endpoint.grade(body)} if self.path == "/check" else endpoint.run(body))
+            except Refused as e:
+                status, reply = e.status, {"error": str(e)}
+            except (ValueError, UsageError) as e:
+                status, reply = 400, {"error": str(e)[:500]}
+            except Exception as e:  # never a dropped connection: the student is told something went wrong
+                status, reply = 500, {"error": f"the pool failed on this request ({type(e).__name__}): send it again"}
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format, *args):  # the supervisor's log has what matters
+            pass
+
+    server = _Server(("", port), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)  # in
+    # the handler's thread: a client that stalls its handshake holds up no one else
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

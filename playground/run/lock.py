@@ -1,0 +1,94 @@
+"""Leases on a machine's devices (a GPU by its UUID, or the CPU): shared for builds and checks, exclusive for a timing.
+
+Each lease is an OS lock (flock) on a file in a folder every user of the machine can write, so it dies with
+its holder: a killed kplay never blocks a device. A GPU is named by its UUID, so containers that see it under
+other indices share one lease. It is fair to a timing: an exclusive request first takes the device's gate,
+and a shared one passes the gate before it takes the lease, so a stream of shared holders (a class's checks)
+queues behind a waiting timing instead of starving it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import stat
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..compiler.toolchain import take
+
+
+def folder() -> Path:
+    """$KPLAY_LEASES, else /tmp/kplay-leases: made sticky and writable by everyone, as /tmp is."""
+    path = Path(os.environ.get("KPLAY_LEASES") or "/tmp/kplay-leases")
+    try:
+        path.mkdir(mode=0o777, parents=True)
+        path.chmod(0o1777)  # mkdir's mode is cut by the umask
+    except FileExistsError:
+        pass
+    return path
+
+
+def _open(name: str) -> int:
+    """The lock file, readable and writable by every user (the first user's umask would keep others out)."""
+    fd = os.open(folder() / name, os.O_RDWR | os.O_CREAT, 0o666)
+    if os.fstat(fd).st_mode & 0o666 != 0o666:
+        try:
+            os.fchmod(fd, 0o666)
+        except PermissionError:  # another user's file, made before this rule: flock still works on it
+            pass
+    return fd
+
+
+_HELD: dict[str, bool] = {}  # this process's leases: device -> exclusive
+
+
+@contextmanager
+def held(device: str, exclusive: bool, on_wait: Callable[[], None] | None = None) -> Iterator[float]:
+    """Hold the device's lease; yields the seconds spent waiting for it. on_wait() is called once if it must wait.
+
+    Inside a lease this process holds exclusive (a run under the sanitizer or the profiler), any lease on the
+    same device is already held: an flock of a second open file would wait for the first.
+    """
+    if _HELD.get(device) or (device in _HELD and not exclusive):
+        yield 0.0
+        return
+    key = re.sub(r"[^\w.-]", "_", device)
+    gate, lease = _open(f"{key}.gate"), _open(f"{key}.lease")
+    start, said = time.monotonic(), []
+    once = (lambda: said or said.append(on_wait())) if on_wait else None  # one "waiting" for both locks
+    try:
+        take(gate, fcntl.LOCK_EX, once)  # in the queue: no new shared holder passes while a timing waits
+        take(lease, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, once)
+        if not exclusive:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        _HELD[device] = exclusive
+        yield time.monotonic() - start
+    finally:
+        _HELD.pop(device, None)
+        os.close(lease)  # closing drops the locks
+        os.close(gate)
+
+
+def gpu(index: int) -> str:
+    """The lease name of a visible GPU: its UUID, the same from every container that sees it."""
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return f"gpu-{uuid}" if uuid else f"gpu-{index}"
+
+
+def of(device: str) -> str:
+    """The lease name of a run's device: "cpu", or the current GPU's (gpu())."""
+    import torch
+
+    return gpu(torch.cuda.current_device()) if device == "cuda" else device
+
+
+def is_shared(path: Path) -> bool:
+    """Whether a lease folder is one every user can write (and none can delete another's files in)."""
+    mode = path.stat().st_mode
+    return mode & 0o777 == 0o777 and bool(mode & stat.S_ISVTX)

@@ -1,0 +1,231 @@
+"""One run: request -> spec -> build -> inputs -> check -> time -> RunResult. Its steps are public for
+`profile` and `sanitize`, which run the same build, inputs and baselines."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from ..compiler import disasm, kernel_resources as resources
+from ..core import events
+from . import lock as lease, contention as neighbours, timing, audit as trust
+from ..family import render, request as requests, spec as specs
+from ..compiler.build import build, folder
+from .check import check_variant, first_line, make_inputs
+from ..core.errors import KernelCrash, UsageError
+from ..core.record import BaselineResult, RunResult, VariantResult
+from .timing import as_pair
+
+
+def resolve_device(device: str, fam=None, variant: str | None = None) -> str:
+    """auto: cuda when a GPU is there and the run has a variant for it (a CPU-only family runs on the CPU)."""
+    import torch
+
+    if device == "auto":
+        on_cuda = fam is None or any(v.name == variant or variant in (None, "all") for v in fam.variants_for("cuda"))
+        return "cuda" if torch.cuda.is_available() and on_cuda else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA GPU is visible here (torch.cuda.is_available() is False); use --device cpu")
+    return device
+
+
+def chosen_baselines(spec: specs.Spec, req: requests.Request) -> dict:
+    """The baselines this run times, {name: fn}: --baseline picks, --skip-baseline drops (names checked in request)."""
+    names = req.baselines or [n for n in spec.baselines if n not in req.skip_baselines][:1 if req.one_baseline else None]
+    return {n: spec.baselines[n] for n in names}
+
+
+def build_all(fam, chosen: list, params: dict, on_event=events.ignore) -> dict:
+    """{variant: (ops, BuildInfo)}, each build's loops read from its compiler's output."""
+    built = {}
+    for v in chosen:
+        ops, info = build(fam, v, params, on_event)
+        built[v.name] = ops, info.with_loops(disasm.loops(folder(info.name), fam, v))
+    return built
+
+
+def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
+    """Build, check and time every chosen variant; the baselines are timed in the same run. The device's lease
+    (lease.py) is held shared while building and checking, and alone while timing."""
+    import torch
+
+    fam = req.load_family()
+    spec = specs.load(fam)
+    baselines = chosen_baselines(spec, req)
+    device = resolve_device(req.device, fam, req.variant)
+    chosen = fam.pick_variants(device, req.variant)
+    key = lease.of(device)
+    waiting = lambda: on_event(events.WAIT, device=key)  # noqa: E731
+    with lease.held(key, exclusive=False, on_wait=waiting) as waited_first:
+        built = build_all(fam, chosen, req.params, on_event)
+        used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
+        unused = [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in used]
+        result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
+                           warnings=[*req.warnings, *unused])
+        dtype = getattr(torch, req.dtype)
+        main = make_inputs(spec, req.sizes, dtype, device, req.seed)
+        _check_all(spec, fam, req, result, built, main, dtype, on_event)
+    if fam.bench and req.bench:
+        with lease.held(key, exclusive=True, on_wait=waiting) as waited:
+            on_event(events.PHASE, phase="time")
+            with neighbours.Watch(device, host=spec.wall_clock or device == "cpu") as watch:
+                result.lease = {"device": key, "waited_s": waited_first + waited, "timed_from": time.time()}
+                _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype, on_event)
+                result.lease["timed_to"] = time.time()
+        _neighbours(result, watch.seen)
+    if device == "cuda":  # the GPU may be shared: what this run cached goes back to it (playground.run in a loop)
+        del main
+        torch.cuda.empty_cache()
+    return result
+
+
+def _check_all(spec, fam, req, result: RunResult, built: dict, main, dtype, on_event) -> None:
+    """Check every built variant on the run's inputs; its kernels' resources from the build."""
+    on_event(events.PHASE, phase="check")
+    arch = resources.Device.current().arch if result.device == "cuda" else None
+    for name, (ops, info) in built.items():
+        v = fam.variants[name]
+        check, stdout, extra = check_variant(spec, fam, req, ops, name, main, dtype, result.device, on_event)
+        kernels = resources.for_dtype(resources.of_build(info.name, arch), req.dtype)
+        result.variants.append(VariantResult(variant=name, note=v.note, build=info, check=check, stdout=stdout,
+                                             extra=extra, kernels=kernels))
+
+
+def _neighbours(result: RunResult, seen: neighbours.Seen) -> None:
+    """What else used the device while timing: a warning when anything did; "from an idle GPU" only when
+    NVML saw nothing else there."""
+    result.neighbours = seen.to_dict()
+    if seen.warning():
+        result.warnings.append(seen.warning())
+    if result.device == "cuda" and not seen.idle_gpu():
+        said = f", the GPU shared with {seen.gpu_others} other process(es)" if seen.gpu_others else ", others on the GPU unknown"
+        told = lambda clock: {k: dataclasses.replace(t, method=t.method.replace(timing.IDLE, said)) for k, t in clock.items()}  # noqa: E731
+        for who in [*result.variants, *result.baselines.values()]:
+            who.set_times(told(who.timings), told(who.walls))
+
+
+def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype, on_event=events.ignore) -> None:
+    """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
+    fill in the rates and the speedups."""
+    from .peaks import peaks
+    from .timing import copy_bandwidth
+
+    device = result.device
+    nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
+    flops = spec.flops(req.sizes) if spec.flops else 0
+    alive = _heartbeat(on_event)
+    pool = trust.pool(spec, req, main, dtype, device, nbytes, _contenders(spec, ops, baselines, main), alive)
+    steps = {("variant", v): [spec.timings(spec.function(ops[v], v), x) for x in pool] for v in ops}
+    steps |= {("baseline", b): [spec.timings(fn, x) for x in pool] for b, fn in baselines.items()}
+    fns = {(*who, label): [s[label] for s in each] for who, each in steps.items() for label in each[0]}
+    maths = {v: var.math for v, var in req.load_family().variants.items() if v in ops}  # tf32: its own tolerance
+    outputs = trust.TimedOutputs(spec, pool, dtype, alive, maths)
+    stats, walls = _bench(spec, req, fns, device, lambda *seen: (outputs.observe(*seen), alive()))
+    result.traffic, result.flops = nbytes or None, flops or None
+    result.copy_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
+    result.inputs_timed = len(pool)
+    peak = peaks(device)
+    roof = _roof(result, peak, nbytes, flops)
+    contenders = [(("baseline", name), BaselineResult(name=name)) for name in baselines]
+    contenders += [(("variant", v.variant), v) for v in result.variants]
+    for key, who in contenders:
+        labels = steps[key][0]
+        who.set_times({s: stats[(*key, s)] for s in labels}, {s: walls[(*key, s)] for s in labels} if walls else {})
+        _rates(who, nbytes, flops, roof)
+    result.baselines = {who.name: who for key, who in contenders if key[0] == "baseline"}
+    for key, who in contenders:
+        who.compare(result.baselines)
+    _judge(spec, result, outputs, peak)
+    if device == "cuda":
+        launches(result, {who: each[0] for who, each in steps.items()})  # the steps on the requested input
+
+
+def _judge(spec, result: RunResult, outputs, peak) -> None:
+    """What the timer saw fails the check where it cannot be trusted (trust.py)."""
+    import torch
+
+    major = torch.cuda.get_device_capability()[0] if result.device == "cuda" else None
+    for v in result.variants:
+        found = [*outputs.findings(v.variant, v.timings), *trust.unseen_work(v.timings),
+                 *([] if spec.wall_clock else trust.impossible(v, peak, major, result.dtype))]  # warm: the L2 may serve it
+        if found:
+            v.untrusted = v.check.ok
+            v.check = v.check.failing(found)
+
+
+def launches(result: RunResult, steps: dict) -> None:
+    """One profiled call of each contender, after the timing: its kernels as launched, with their occupancy."""
+    try:
+        gpu = resources.Device.current()
+        calls = [[(run, prepare()) for prepare, run in map(as_pair, labelled.values())] for labelled in steps.values()]
+        traced = resources.trace_each([lambda call=call: [run(*args) for run, args in call] for call in calls])
+        for ((kind, name), _), work in zip(steps.items(), traced):
+            records = resources.launches(work)
+            if kind == "baseline":
+                result.baselines[name].kernels = resources.launched([], records, gpu)
+            else:
+                v = next(v for v in result.variants if v.variant == name)
+                v.kernels = resources.launched(resources.of_build(v.build.name, gpu.arch), records, gpu)
+    except Exception as e:  # the profiler is an extra: it never fails a run that passed
+        result.warnings.append(f"kernel launches not profiled: {first_line(e)}")
+
+
+def _bench(spec, req, fns: dict, device: str, observe) -> tuple[dict, dict]:
+    """Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
+    own (as in a model that runs the op step after step), from an idle GPU (the events then include
+    the host's path to the first kernel), and also on a synchronized wall clock."""
+    from .timing import bench
+
+    try:
+        stats = bench(fns, device, budget_s=req.budget_s, warm=spec.wall_clock, observe=observe)
+        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True,
+                      observe=observe) if device == "cuda" and spec.wall_clock else {}
+    except Exception as e:  # a kernel that passed the check and fails when timed
+        raise KernelCrash(f"{req.family} failed while timing: {first_line(e)}") from None
+    return stats, walls
+
+
+def _heartbeat(on_event, every_s: float = 0.25):
+    """events.ALIVE after a timed call, at most every `every_s`: --timeout then bounds one call, not the timing."""
+    import time
+
+    last = [time.monotonic()]
+
+    def beat(*_):
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            on_event(events.ALIVE)
+
+    return beat
+
+
+def _contenders(spec, ops: dict, baselines: dict, inputs) -> int:
+    """How many timings take turns: every variant and baseline, times the steps of one (forward, backward)."""
+    first = next(iter(ops))
+    return (len(ops) + len(baselines)) * len(spec.timings(spec.function(ops[first], first), inputs))
+
+
+def _rates(who, nbytes: int, flops: int, roof_s: float | None) -> None:
+    """GB/s, GFLOP/s and % of the roofline from the call's time."""
+    seconds = who.time.median_s
+    who.gbps = nbytes / seconds / 1e9 if nbytes else None
+    who.gflops = flops / seconds / 1e9 if flops else None
+    who.pct_peak = 100 * roof_s / seconds if roof_s and seconds else None
+
+
+def _roof(result: RunResult, peak, nbytes: int, flops: int) -> float | None:
+    """Record the device's peaks; the seconds a call needs at the binding ceiling (None: no peak)."""
+    if peak is None:
+        return None
+    result.peak_gbps, result.peak_gflops = peak.bandwidth_gbps, peak.flops(result.dtype)
+    result.peak_source = {k: v for k, v in peak.source.items() if k in ("bandwidth", result.dtype)}
+    roof = peak.roof(nbytes, flops, result.dtype)
+    if roof is None:
+        return None
+    result.bound = roof[1]
+    return roof[0]
+
+
+def run(name: str, on_event=events.ignore, **options) -> RunResult:
+    """The notebook entry point, in this process: run("sum", sizes={"n": 10**7}, device="cpu")."""
+    return execute(requests.make(name, **options), on_event)

@@ -1,0 +1,75 @@
+"""The exercise marking: a solution's `// kplay:todo` regions become a starter's numbered TODOs and its hints.
+
+A region in a C++ or CUDA source (the file stays the full solution: every marker is a comment):
+
+    // kplay:todo <what to do, one line>      the TODO's text in the starter
+    // kplay:why <why, one line>              optional: the hint's second line
+    ...the solution's lines...                dropped from the starter
+    // kplay:stub                             optional: what the starter keeps instead, written
+    // return T(0);                           as comments here, uncommented in the starter
+    // kplay:end
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import UsageError
+
+MARKER = re.compile(r"//\s*kplay:(\w+)\s?(.*)$")
+
+
+@dataclass(frozen=True)
+class Hint:
+    number: int
+    file: str
+    line: int  # the todo marker's line in the solution
+    what: str
+    why: str = ""
+
+
+def strip(text: str, where: str, first: int = 1) -> tuple[str, list[Hint]]:
+    """The starter's text and its hints, numbered from `first`; a broken marking is one UsageError."""
+    out, hints, region = [], [], None  # region: [indent, line, what, why, in_stub]
+    for k, line in enumerate(text.splitlines(keepends=True), 1):
+        m = MARKER.search(line)
+        tag, rest = (m.group(1), m.group(2).strip()) if m else (None, "")
+        if tag not in (None, "todo", "why", "stub", "end"):
+            raise UsageError(f"{where}:{k}: unknown marker // kplay:{tag} (todo, why, stub, end)")
+        if region is None:
+            if tag == "todo":
+                if not rest:
+                    raise UsageError(f"{where}:{k}: // kplay:todo needs its hint on the same line")
+                region = [line[:len(line) - len(line.lstrip())], k, rest, "", False]
+                out.append(f"{region[0]}// TODO {first + len(hints)}: {rest}\n")
+            elif tag:
+                raise UsageError(f"{where}:{k}: // kplay:{tag} outside a // kplay:todo region")
+            else:
+                out.append(line)
+        elif tag == "todo":
+            raise UsageError(f"{where}:{k}: // kplay:todo inside the region opened at line {region[1]} (close it with // kplay:end)")
+        elif tag == "why":
+            region[3] = (region[3] + " " + rest).strip()
+        elif tag == "stub":
+            region[4] = True
+        elif tag == "end":
+            hints.append(Hint(first + len(hints), Path(where).name, region[1], region[2], region[3]))
+            region = None
+        elif region[4]:  # a stub line: a comment in the solution, code in the starter
+            out.append(re.sub(r"^(\s*)// ?", r"\1", line))
+    if region is not None:
+        raise UsageError(f"{where}:{region[1]}: // kplay:todo without its // kplay:end")
+    return "".join(out), hints
+
+
+def starter_files(files: dict[str, str], folder: Path) -> tuple[dict[str, str], list[Hint]]:
+    """Every file's starter (hints numbered across the files, in order) and all the hints."""
+    out, hints = {}, []
+    for name, text in files.items():
+        if name.endswith((".cpp", ".cu", ".cuh", ".h", ".hpp")):
+            text, found = strip(text, str(folder / name), len(hints) + 1)
+            hints += found
+        out[name] = text
+    return out, hints
