@@ -241,7 +241,7 @@ def _show_code(fam, kind: str, variant: str | None, params: dict, kernel: str | 
                shown_as: str | None = None) -> None:
     """`show --ptx/--sass/--asm`: a variant by name whatever its device (the build needs no GPU), else the first.
     shown_as: the folder a title names, where fam is a temporary copy (an exercise's starter)."""
-    from playground.compiler.build import disasm
+    from playground.compiler import disasm
     from playground.report import code_listing, loop_line
 
     if variant and variant != "all":

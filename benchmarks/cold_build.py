@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from playground.compiler.build import build as kbuild  # noqa: E402
+from playground.compiler import build as kbuild  # noqa: E402
 from playground.family import registry, render  # noqa: E402
 
 

@@ -105,8 +105,7 @@ def plain_args(fam, v, folder: Path) -> Path:
     import json
 
     from playground.family import render
-    from playground.compiler.build import ENGINE_INCLUDE
-
+    from playground.compiler.toolchain import ENGINE_INCLUDE
     name = f"plain_{fam.name}_{v.name}".replace("-", "_")
     srcs = render.sources(fam, v, fam.parse_params([]))
     kw = {"name": name, "cpp_sources": list(srcs.values()), "is_python_module": False, "extra_cflags": [f"-DKPLAY_NS={name}"]}
@@ -118,8 +117,7 @@ def plain_args(fam, v, folder: Path) -> Path:
 
 def cold_builds(lines: list[str], k: int, folder: Path, only: str = "") -> bool:
     """Each build in a fresh process with an empty cache, kplay and plain load_inline taking turns."""
-    from playground.compiler.build import setup_env
-
+    from playground.compiler.toolchain import setup_env
     setup_env()  # the children inherit ninja on PATH and CUDA_HOME, as kplay's own build sets them
     lines += [f"## Cold build of every CPU variant (issue 12: ≤ {BUILD_TARGET_S:g} s), median of {k}", "",
               f"{load_line()} before.", "",
@@ -175,8 +173,7 @@ def main() -> int:
 
     import torch
 
-    from playground.compiler.build import cpu_model
-
+    from playground.compiler.toolchain import cpu_model
     if args.threads:
         torch.set_num_threads(args.threads)
     lines = [f"# kplay CPU benchmark, {datetime.date.today()}", "",

@@ -8,7 +8,7 @@ student (two per exercise), grades one of each exercise alone (the solo figures)
 once, each from a client process that sees no GPU and no nvcc (CUDA_VISIBLE_DEVICES= and a PATH without the
 toolkit), as a student's laptop, then each exercise alone again. It reports the batch's wall time against
 N x one grade / workers, each student's time against the solo run of the same kernel (with both noises and
-timing.same's verdict), the board's ranks both ways, and how far each kernel moved between its two lone
+record.same's verdict), the board's ranks both ways, and how far each kernel moved between its two lone
 runs. Each table is written to --out as soon as it is known. --local also times
 four concurrent `kplay run lltm --device cuda --variant cuda-fast` (no pool) against one alone: the lease.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from playground.run import timing  # noqa: E402
+from playground.core import record  # noqa: E402
 
 GPU_EXERCISES = [("sum", "tree"), ("sum", "first-add"), ("sum", "shuffle"), ("sum", "fast"), ("lltm", "cuda")]
 CPU_EXERCISES = [("sum", "cpp"), ("linear", "cpp"), ("lltm", "cpp")]
@@ -100,7 +100,7 @@ def grade(folder: Path, token: Path, sanitize: bool) -> tuple[dict, float, str]:
 def stats_of(rec: dict):
     """The variant's time (its whole call, on the clock that counts) as timing.Stats, or None."""
     v = rec.get("run", {}).get("variants", [{}])[0]
-    return timing.Stats.from_dict(v["time"]) if v.get("time") else None
+    return record.Stats.from_dict(v["time"]) if v.get("time") else None
 
 
 def ranks(records: list[dict]) -> dict[str, int]:
@@ -207,7 +207,7 @@ def spread(solo: dict, again: dict) -> list[str]:
         if a and b:
             lines.append(f"| {'/'.join(ex)} | {a.median_s * 1e6:.1f} µs ± {100 * a.noise:.1f}% | "
                          f"{b.median_s * 1e6:.1f} µs ± {100 * b.noise:.1f}% | {b.median_s / a.median_s:.3f} | "
-                         f"{'yes' if timing.same(a, b) else 'no'} | {_mhz(a)}, {_mhz(b)} |")
+                         f"{'yes' if record.same(a, b) else 'no'} | {_mhz(a)}, {_mhz(b)} |")
     return lines
 
 
@@ -254,7 +254,7 @@ def table(students, solo, done, wall, one, workers) -> list[str]:
         lines.append(f"| {name} | {rec.get('worker', '?')} | {rec['passed']}/{rec['checked']} | "
                      f"{mine.median_s * 1e6:.1f} µs ± {100 * mine.noise:.1f}% | "
                      f"{theirs.median_s * 1e6:.1f} µs ± {100 * theirs.noise:.1f}% | "
-                     f"{mine.median_s / theirs.median_s:.3f} | {'yes' if timing.same(mine, theirs) else 'no'} | "
+                     f"{mine.median_s / theirs.median_s:.3f} | {'yes' if record.same(mine, theirs) else 'no'} | "
                      f"{together.get(name)} | {alone.get(name)} | {rec['run'].get('lease', {}).get('waited_s', 0):.1f} s | "
                      f"{_others(rec['run'])} | {_mhz(mine)} |")
     return lines

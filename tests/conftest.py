@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 # The session's one build cache, which the xdist workers inherit: a source is built once, and kplay's file
 # locks make sharing it safe. Set in the controller (the only process without xdist), before any worker starts.
 PRECOMPILE = """import time; t = time.perf_counter()
-from playground.compiler.build import build as build
+from playground.compiler import build
 from playground.family import registry
 for name in ('lltm', 'sum'):  # ATen's headers (the longer, which the first lltm and linear tests wait for), then the stable ABI's
     f = registry.find(name)

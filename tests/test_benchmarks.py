@@ -8,7 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import common  # noqa: E402
-from playground.run.timing import Stats  # noqa: E402
+from playground.core.record import Stats  # noqa: E402
 
 # Appends its name and the folder $COLD names (and whether that folder already existed) to a log, then
 # prints a number, as a build script prints its own seconds.

@@ -104,7 +104,7 @@ def test_ranked_by_cases_passed_then_speedup_and_ties_share_a_rank(tmp_path):
 
 
 def test_speedups_the_same_within_their_noise_share_a_rank(tmp_path):
-    """The board's ties follow kplay run's 'same' (timing.same): 1.10x ±5% and 1.08x ±5% are one rank."""
+    """The board's ties follow kplay run's 'same' (record.same): 1.10x ±5% and 1.08x ±5% are one rank."""
     noisy = lambda name, speedup, noise: {**record(name, speedup=speedup), "speedup_noise": noise}
     paths = files(tmp_path / "in", noisy("ada", 1.10, 0.05), noisy("bob", 1.08, 0.05), noisy("cy", 1.08, 0.001),
                   noisy("dee", 0.90, 0.001))

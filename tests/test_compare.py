@@ -1,4 +1,4 @@
-"""kplay run --against before.json: faster, slower or the same, from both runs' medians and noise (timing.same)."""
+"""kplay run --against before.json: faster, slower or the same, from both runs' medians and noise (record.same)."""
 
 import json
 
@@ -90,8 +90,7 @@ def test_against_a_values_run_shows_its_values_as_they_are(kplay, tmp_path):
 
 
 def test_a_run_that_only_changed_its_input_says_so_in_its_verdict():
-    from playground.compiler.build import BuildInfo
-    from playground.run.check import CHANGED, Check
+    from playground.core.record import CHANGED, BuildInfo, Check
     from playground.core.record import RunResult, VariantResult
 
     def run(*messages):

@@ -8,8 +8,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from playground.compiler.build import disasm
-
+from playground.compiler import disasm, remarks
 SUM = ROOT / "snippets" / "sum"
 
 
@@ -167,10 +166,10 @@ a.cpp:9:3: remark: vectorized loop (vectorization width: 8, interleaved count: 4
 
 def test_remarks_become_one_verdict_per_loop():
     """gcc's reason follows its loop (at the statement's line); clang's is at the loop's line; SLP notes are not loops."""
-    found = {(loop.line, loop.vectorized, loop.copies, loop.how, loop.why_not) for loop in disasm.parse_remarks(GCC)}
+    found = {(loop.line, loop.vectorized, loop.copies, loop.how, loop.why_not) for loop in remarks.parse_remarks(GCC)}
     assert found == {(9, 2, 2, "using 32 byte vectors", ""), (8, 0, 1, "", "complicated access pattern"),
                      (12, 0, 1, "", "no vectype for stmt")}
-    found = {(loop.line, loop.vectorized, loop.how, loop.why_not) for loop in disasm.parse_remarks(CLANG)}
+    found = {(loop.line, loop.vectorized, loop.how, loop.why_not) for loop in remarks.parse_remarks(CLANG)}
     assert found == {(5, 0, "", "cannot prove it is safe to reorder floating-point operations"),
                      (9, 1, "vectorization width: 8, interleaved count: 4", "")}
 
@@ -218,8 +217,7 @@ def test_a_cuda_home_torch_guessed_before_kplay_ran_is_set_right(monkeypatch):
     /usr/local guessed from nvcc's symlink): kplay's set-up puts the real root there, or the link misses cudart."""
     import torch.utils.cpp_extension as ext
 
-    from playground.compiler.build import toolchain
-
+    from playground.compiler import toolchain
     if not toolchain.cuda_home():
         pytest.skip("no CUDA toolkit here")
     monkeypatch.setattr(ext, "CUDA_HOME", "/nowhere")

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from playground.workshop import exercise, todos as markers
+from playground.workshop import exercise, folder as started, todos as markers
 from playground.family import registry
 from playground.core.errors import UsageError
 
@@ -94,7 +94,7 @@ def test_start_check_hint_fix_check(kplay, tmp_path):
     hint = kplay("hint", student)
     assert hint.exit_code == 0 and "hint 1/1 · TODO 1 in sum.cpp" in hint.output
     assert "n is rarely a multiple of kLanes" in hint.output
-    assert json.loads((student / exercise.HINTS_FILE).read_text()) == {"shown": 1}
+    assert json.loads((student / started.HINTS_FILE).read_text()) == {"shown": 1}
     assert "no more hints: all 1 shown" in kplay("hint", student).output
 
     (student / "sum.cpp").write_text(source.replace(source.splitlines(keepends=True)[
@@ -102,7 +102,7 @@ def test_start_check_hint_fix_check(kplay, tmp_path):
     result = kplay("check", student, "--device", "cpu", "--json")
     rec = json.loads(result.stdout)
     assert result.exit_code == 0 and rec["passed"] == rec["checked"] == 32 and rec["failures"] == {}, rec
-    assert rec["speedup"] > 0 and rec["baseline"] == "torch.sum" and rec["student"] == exercise.student(student)
+    assert rec["speedup"] > 0 and rec["baseline"] == "torch.sum" and rec["student"] == started.student(student)
     assert exercise.score(rec) == f"all 32 cases passed · {rec['speedup']:.2f}× torch.sum"
     assert "float64: all 16 cases passed" in kplay("check", student, "--device", "cpu").output
 
@@ -313,10 +313,10 @@ def test_two_folders_of_one_login_are_two_students_and_start_names_its_student(k
     board = kplay("board", *records, "--out", tmp_path)
     assert board.exit_code == 0 and "2 students" in board.stdout, board.output
     assert kplay("start", "print_array/cpp", tmp_path / "c", "--name", "ada").exit_code == 0
-    assert exercise.student(tmp_path / "c") == "ada"
+    assert started.student(tmp_path / "c") == "ada"
     monkeypatch.setenv("KPLAY_STUDENT", "bo")
     assert kplay("start", "print_array/cpp", tmp_path / "d").exit_code == 0
-    assert exercise.student(tmp_path / "d") == "bo"
+    assert started.student(tmp_path / "d") == "bo"
 
 
 def test_a_hint_can_be_shown_again_and_start_force_forgets_the_hints_seen(kplay, tmp_path):

@@ -6,8 +6,8 @@ import pytest
 
 from playground.core import events
 
-from playground.compiler.build import pch
-from playground.compiler.build import ENGINE_INCLUDE
+from playground.compiler import pch
+from playground.compiler.toolchain import ENGINE_INCLUDE
 from playground.compiler.toolchain import compiler
 
 ATEN = "#include <ATen/core/Tensor.h>\n#include <torch/library.h>\nint f();\n"

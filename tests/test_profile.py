@@ -11,13 +11,14 @@ from rich.console import Console
 
 from conftest import gpu
 from playground.insight import profile
+from playground.run import profile as child_profile
 
 DATA = Path(__file__).resolve().parent / "data"
 N = 10**8  # the fixtures' size: one call at n = 1e8, float32
 
 
 def trace(name: str) -> list[dict]:
-    return profile.gpu_work(json.loads((DATA / f"trace-{name}.json").read_text())["traceEvents"])
+    return child_profile.gpu_work(json.loads((DATA / f"trace-{name}.json").read_text())["traceEvents"])
 
 
 def ncu_text() -> str:
@@ -40,16 +41,15 @@ def test_a_multi_pass_kernel_lists_every_pass_in_launch_order():
 def test_one_pass_over_several_calls_splits_at_the_spin_kernels():
     """kplay profiles every contender in one torch.profiler pass (a second pass after CUPTI's teardown
     records nothing), a spin kernel before each call: the work after each spin is that call's."""
-    from playground.compiler.build import kernel_resources as resources
-
+    from playground.compiler import kernel_resources as resources
     spin = lambda ts: {"cat": "kernel", "name": "at::cuda::(anonymous namespace)::spin_kernel(long)", "ts": ts, "dur": 1}
     calls = [json.loads((DATA / f"trace-{name}.json").read_text())["traceEvents"] for name in ("tree", "fast")]
     shifted = [dict(e, ts=e["ts"] + 1e7) for e in calls[1] if "ts" in e]  # the second call, later
     first_ts = min(e["ts"] for e in calls[0] if e.get("cat") == "kernel")
     events = [*shifted, spin(first_ts - 10), *calls[0], spin(first_ts + 5e6)]  # out of order, as a trace may be
     tree, fast = resources.split(events, 2)
-    assert [k["grid"][0] for k in profile.gpu_work(tree)] == [390625, 1526, 6, 1]
-    assert [k["kind"] for k in profile.gpu_work(fast)] == ["memset", "kernel"]
+    assert [k["grid"][0] for k in child_profile.gpu_work(tree)] == [390625, 1526, 6, 1]
+    assert [k["kind"] for k in child_profile.gpu_work(fast)] == ["memset", "kernel"]
     with pytest.raises(RuntimeError, match="the profiler saw 2 of 3 calls"):
         resources.split(events, 3)
 
@@ -204,7 +204,7 @@ def test_profile_bad_input_is_one_line(kplay, args, says):
 def test_peak_bandwidth_from_the_device_attributes():
     import torch
 
-    peak = profile.peak_gbps()
+    peak = child_profile.peak_gbps()
     assert peak and peak > 100
     if "H200" in torch.cuda.get_device_name():
         assert 4700 < peak < 4900  # 2 x 3.2 GHz x 6016 bits / 8 = 4.8 TB/s

@@ -240,7 +240,8 @@ def test_helpers_near_a_short_hook_are_not_typos():
 def test_every_failing_case_shows_its_first_line_within_the_cap():
     """Seen on the H200: four cases of value lines pushed the reused case's diagnosis ('another stream?') past the
     five lines kept, so the student saw only numbers. Each failing case's first line stays, in order."""
-    from playground.run.check import MAX_MISMATCHES, Check, failed, merge
+    from playground.core.record import Check
+    from playground.run.check import MAX_MISMATCHES, failed, merge
 
     noisy = Check(False, 1.0, 0.0, "", [f"n=1: out[{i}]: got 1, expected 0" for i in range(MAX_MISMATCHES)], ["n=1"])
     reused = Check(False, 1.0, 0.0, "", ["n=9 reused: work still running on another stream?", "n=9 reused: out[]: got 2"],

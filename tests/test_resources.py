@@ -10,7 +10,7 @@ import pytest
 
 from playground.family import registry
 
-from playground.compiler.build import kernel_resources as resources
+from playground.compiler import kernel_resources as resources
 from playground.core.names import short_name
 from playground.report import kernel_lines
 from playground.compiler.kernel_resources import H200, occupancy
@@ -180,8 +180,8 @@ def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_sho
     from rich.console import Console
 
     from playground.run import runner
-    from playground.compiler.build import COMPILER_LOG, BuildInfo, folder
-    from playground.run.check import Check
+    from playground.compiler.toolchain import COMPILER_LOG, folder
+    from playground.core.record import BuildInfo, Check
     from playground.report import run_report
     from playground.core.record import BaselineResult, RunResult, VariantResult
 
@@ -225,7 +225,6 @@ def test_a_profiler_that_fails_is_a_warning_not_a_failed_run(monkeypatch):
 def built_sum():
     """name(variant, threads): the build of sum's tree or fast compiled here (no GPU needed), once each."""
     from playground.compiler.build import build
-
     names = {}
 
     def name(variant: str, threads: int) -> str:
@@ -259,7 +258,6 @@ def test_a_real_build_keeps_each_kernels_resources(built_sum, variant, threads):
 @pytest.mark.slow  # one more nvcc build
 def test_an_ejected_rung_with_its_kernel_renamed_reports_the_new_name(kplay, tmp_path):
     from playground.compiler.build import build
-
     folder = tmp_path / "mine"
     assert kplay("eject", "sum", folder, "--variant", "tree", "--param", "threads=512", "--solution").exit_code == 0
     source = folder / "sum_tree.cu"

@@ -125,7 +125,7 @@ def test_sanitize_without_a_gpu_is_one_line(kplay, monkeypatch, tool):
 
 def test_every_cuda_build_has_lineinfo(tmp_path):
     """A sanitized run's findings get file and line from the same build a plain run uses (no second compile)."""
-    from playground.compiler.build import build as build
+    from playground.compiler import build
     from playground.family import render
 
     fam = registry.find("sum")

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from playground.run import audit as trust
-from playground.run.timing import Stats, bench, same
+from playground.core.record import Stats, same
+from playground.run.timing import bench
 
 
 def stats(median, noise, **kw):
@@ -158,8 +159,7 @@ def test_a_slow_host_path_stays_out_of_the_events():
 def test_the_kernels_line_leaves_no_profiler_overhead_behind():
     """The run's closing profiler pass (resources.trace_each) must not slow the launches after it in the same
     process (a Python-API loop, a notebook): CUPTI is torn down once the pass ends."""
-    from playground.compiler.build import kernel_resources as resources
-
+    from playground.compiler import kernel_resources as resources
     x = torch.randn(10**4, device="cuda")
     before = bench({"sum": lambda: torch.sum(x)}, "cuda", budget_s=0.2)["sum"].median_s
     resources.trace_each([lambda: torch.sum(x)])

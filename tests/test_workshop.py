@@ -119,7 +119,7 @@ def _ours(cache) -> list[str]:
 def aten_cache(tmp_path_factory):
     """A cache of these tests' own (their processes are told apart by it), with the ATen headers precompiled (the
     session's, which it links to): a kill meets the compile of linear.cpp itself."""
-    from playground.compiler.build import build as build
+    from playground.compiler import build
     from playground.family import registry
 
     linear = registry.find("linear")
@@ -198,7 +198,6 @@ def test_export_builds_a_package_that_imports_and_passes_its_test(kplay, tmp_pat
 def test_a_faulting_cuda_kernel_compiles_here():
     from playground.family import registry
     from playground.compiler.build import build
-
     fam = registry.find(str(ROOT / "tests" / "wrong" / "cuda_fault"))
     ops, info = build(fam, fam.variants["fault"], {})
     assert info.name.startswith("kplay_cuda_fault_fault_")
@@ -333,7 +332,7 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
     """kplay/stable.h is on every build's -I path; editing it renames (rebuilds) every build."""
     import shutil
 
-    from playground.compiler.build import build as build
+    from playground.compiler import build
 
     from playground.family import registry
 
@@ -352,7 +351,7 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
 def test_a_build_links_with_gold_where_the_toolchain_has_it():
     """gold links a kernel's library in under half of ld's time: used where it works, and the library loads."""
     import playground
-    from playground.compiler.build import build as build
+    from playground.compiler import build
     from playground.family import registry
 
     fam = registry.find("sum")

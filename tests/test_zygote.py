@@ -54,7 +54,7 @@ def test_warm_runs_fork_from_one_process_and_give_the_same_record(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a[0]) or popen(*a, **k))
     with isolate.warm():
         warm = [sum_run() for _ in range(3)]
-    assert len(started) == 1 and "playground.child.warm" in started[0]  # the zygote alone: no fresh worker
+    assert len(started) == 1 and "--warm" in started[0]  # the zygote alone: no fresh worker
     assert all(r["ok"] and r["variants"][0]["check"] == cold["variants"][0]["check"] for r in warm)
 
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
+import threading
+import time
 from pathlib import Path
 
 
@@ -34,3 +37,29 @@ def kill(sid: int) -> None:
                 os.kill(pid, signal.SIGKILL)
     if os.getsid(0) == sid:
         os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def die_with_parent() -> None:
+    """This worker and its build die with kplay: killed, its process group killed, or its terminal closed.
+
+    The worker leads a session of its own (so a timeout can kill it and its compiler together), so nothing
+    would stop it when kplay goes. On Linux the kernel sends it SIGTERM when kplay dies; elsewhere a thread
+    notices. Either way the whole session goes: the worker, ninja and the compiler.
+    """
+    parent = os.getppid()
+
+    def end_session(*_):
+        kill(os.getsid(0))
+
+    signal.signal(signal.SIGTERM, end_session)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        end_session()
+
+    threading.Thread(target=watch, daemon=True).start()

@@ -1,4 +1,5 @@
-"""The child process that runs a kernel: `python -m playground.child.main FD` (or `@FILE`), the request (JSON) on stdin.
+"""The child process that runs a kernel: `python -m playground.child.main FD` (or `@FILE`), the request (JSON) on stdin;
+or, with `--warm FD`, the warm worker (the zygote) that forks one such child per request.
 
 Events and the result go to FD as JSON lines; the kernel's own stdout and stderr go wherever the
 parent pointed them. Whatever the kernel does to this process, the parent survives it.
@@ -11,44 +12,20 @@ import faulthandler
 import json
 import logging
 import os
+import select
 import signal
+import socket
 import sys
-import threading
-import time
 import traceback
 import warnings
 
 from ..core import events
-from . import group as sessions
-
-
-def die_with_parent() -> None:
-    """This worker and its build die with kplay: killed, its process group killed, or its terminal closed.
-
-    The worker leads a session of its own (so a timeout can kill it and its compiler together), so nothing
-    would stop it when kplay goes. On Linux the kernel sends it SIGTERM when kplay dies; elsewhere a thread
-    notices. Either way the whole session goes: the worker, ninja and the compiler.
-    """
-    parent = os.getppid()
-
-    def end_session(*_):
-        sessions.kill(os.getsid(0))
-
-    signal.signal(signal.SIGTERM, end_session)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        end_session()
-
-    threading.Thread(target=watch, daemon=True).start()
+from .group import die_with_parent
 
 
 def main() -> None:
+    if sys.argv[1] == "--warm":
+        return warm()
     die_with_parent()
     target = sys.argv[1]
     out = open(target[1:], "w", buffering=1) if target.startswith("@") else os.fdopen(int(target), "w", buffering=1)
@@ -82,7 +59,7 @@ def serve(request_json: str, out, alone: bool = False) -> None:
             if request.mode == "run":
                 result = runner.execute(request, on_event)
             else:
-                from ..insight import profile
+                from ..run import profile
 
                 result = profile.execute(request, on_event)
         send(result=result.to_dict())
@@ -106,6 +83,94 @@ def _lease(request, alone: bool, on_event):
     except UsageError:  # no such device here: the run itself says so, in its own words
         return contextlib.nullcontext()
     return lease.held(key, exclusive=True, on_wait=lambda: on_event(events.WAIT, device=key))
+
+
+# ---- the warm worker --------------------------------------------------------------------------------------
+# The warm worker: one process that has imported torch, but not initialised CUDA, forks the child for each run.
+# 
+# `--warm FD`, FD a Unix socket (SOCK_SEQPACKET) to kplay. A request is one message, the
+# run's JSON with two descriptors beside it (SCM_RIGHTS): the pipe for its events and the file for its stdout
+# and stderr. The zygote forks. The child leads a session of its own (kplay kills it and its compiler
+# together), dies with the zygote, which dies with kplay, and serves the request as a fresh worker would. The
+# zygote answers {"pid": P} at once and {"exit": P, "status": S} once the child has ended (S as Popen's
+# returncode: the exit code, or minus the signal).
+
+REAP_S = 0.02  # how often the zygote looks for an ended child while one runs
+
+
+def warm() -> None:
+    """The zygote's loop: fork a child for each request, report each one's end."""
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is kplay's: it kills the child and closes the socket
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: no zygote outlives kplay
+    from ..run import runner  # noqa: F401  what every child would import: torch, the engine
+
+    prepare()
+    import torch
+
+    if torch.cuda.is_initialized():  # a fork would then be unsafe: kplay starts fresh workers instead
+        return
+    children: set[int] = set()
+    while True:
+        ready, _, _ = select.select([sock], [], [], REAP_S if children else None)
+        if ready and not _fork(sock, children):
+            return  # kplay closed the socket
+        for pid in list(children):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                children.discard(pid)
+                sock.send(json.dumps({"exit": pid, "status": _returncode(status)}).encode())
+
+
+def _fork(sock, children: set[int]) -> bool:
+    """Fork a child for the next request; False when kplay has gone."""
+    message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+    if not message:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        _child(sock, json.loads(message), fds)
+    for fd in fds:
+        os.close(fd)
+    children.add(pid)
+    sock.send(json.dumps({"pid": pid}).encode())
+    return True
+
+
+def _child(sock, message: dict, fds: list[int]) -> None:
+    """The forked worker: its own session, kplay's environment and folder, the request served; never returns."""
+    code = 1
+    try:
+        sock.close()
+        os.setsid()
+        events, log = fds
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        die_with_parent()
+        os.environ.clear()
+        os.environ.update(message["env"])
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if threads.isdigit() and int(threads) > 0:  # OpenMP read it when the zygote imported torch, as it was then
+            import torch
+
+            torch.set_num_threads(int(threads))
+        os.chdir(message["cwd"])
+        serve(message["request"], os.fdopen(events, "w", buffering=1))
+        code = 0
+    except BaseException:  # before serve() took over: the log gets the stack, kplay says "while starting"
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _returncode(status: int) -> int:
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 if __name__ == "__main__":

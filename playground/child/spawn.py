@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from typing import TYPE_CHECKING
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +21,9 @@ from pathlib import Path
 from ..core import events
 from . import group as sessions
 from ..core.errors import BuildError, KernelCrash, KplayError, UsageError
-from ..family.request import Request
+
+if TYPE_CHECKING:  # a type, not an arrow: any request with to_json(), timeout and read_only will do
+    from ..family.request import Request
 
 KINDS = {"UsageError": UsageError, "BuildError": BuildError, "KernelCrash": KernelCrash}
 STOP_POLL_S = 0.1  # how often a run asks stopped_by's callables
@@ -159,14 +162,14 @@ def warm():
 
 
 class Zygote:
-    """kplay's end of playground.child.warm: start a run in a forked worker, and learn how that worker ended.
+    """kplay's end of playground.child.main --warm: start a run in a forked worker, and learn how that worker ended.
     One run at a time, from the thread that made it (run() elsewhere starts a fresh worker)."""
 
     def __init__(self):
         self.thread = threading.current_thread()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {**os.environ, "PYTHONPATH": _pythonpath()}
-        self.proc = subprocess.Popen([sys.executable, "-m", "playground.child.warm", str(theirs.fileno())],
+        self.proc = subprocess.Popen([sys.executable, "-m", "playground.child.main", "--warm", str(theirs.fileno())],
                                      pass_fds=(theirs.fileno(),), env=env, start_new_session=True,
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=None if os.environ.get("KPLAY_DEBUG") else subprocess.DEVNULL)

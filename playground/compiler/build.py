@@ -11,7 +11,6 @@ import re
 import shutil
 import time
 from contextlib import redirect_stdout
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core import events
@@ -19,43 +18,18 @@ from . import pch
 from ..family import render
 from ..core.capture import stdout_fd
 from ..core.errors import BuildError, UsageError
+from ..core.record import BuildInfo
 from ..family.registry import Family, Variant
-from .toolchain import (CACHE_LOCK, cache_dir, cache_exclusive, cache_lock, cache_shared, compiler, cpu_model,
+from .toolchain import (COMPILER_LOG, CUDA_FLAGS, CXX_FLAGS, ENGINE_INCLUDE, KEEP, engine_headers, folder, CACHE_LOCK, cache_dir, cache_exclusive, cache_lock, cache_shared, compiler, cpu_model,
                         linker_flags, nvidia_library, remark_flags, setup_env)
 
-CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
-CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
 # What `kplay show --asm/--ptx/--sass` and the run report read from a build, none of which changes the code
 # generated: C++ line tables (-g1), CUDA line info (-lineinfo, also what a sanitizer's findings need).
 CXX_LINES = ["-g1"]
 CUDA_LINES = ["-lineinfo"]
 MAX_ERRORS = 3
-KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin (--keep), for `kplay show`
-COMPILER_LOG = "compiler.log"  # what the compilers printed: ptxas's resource lines, the loop remarks
 LAYOUT = 2  # of a build's folder: a change gives every build a new name (2: the compiler's log, not its parts)
 _loaded: set[str] = set()  # builds whose library this process has loaded
-ENGINE_INCLUDE = Path(__file__).resolve().parent.parent / "include"  # kplay/stable.h, on every build's -I path
-
-
-@dataclass(frozen=True)
-class BuildInfo:
-    name: str
-    seconds: float
-    cached: bool
-    loops: list = field(default_factory=list)  # the C++ compiler's verdict on each loop of the student's files
-
-    def with_loops(self, loops: list) -> BuildInfo:
-        return BuildInfo(self.name, self.seconds, self.cached, loops)
-
-
-def folder(name: str) -> Path:
-    """A build's folder in the cache: its library, its compiler's output, nvcc's kept files."""
-    return cache_dir() / name
-
-
-def engine_headers() -> dict[str, str]:
-    """The engine's own headers (kplay/stable.h), by path under ENGINE_INCLUDE, with their text."""
-    return {p.relative_to(ENGINE_INCLUDE).as_posix(): p.read_text() for p in sorted(ENGINE_INCLUDE.rglob("*.h"))}
 
 
 def _headers(family: Family, variant: Variant) -> tuple[list[str], dict[str, str]]:

@@ -214,3 +214,28 @@ def cuda_tool(name: str) -> str | None:
     folders = [Path(cuda_home() or "/usr/local/cuda") / "bin", Path("/usr/local/cuda/bin")]
     folders += [Path(p) / "nvidia" / sub / "bin" for p in sys.path if p for sub in ("cu13", "cu12", "cuda_sanitizer_api")]
     return next((str(f / name) for f in folders if os.access(f / name, os.X_OK)), None)
+
+
+CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
+
+
+CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
+
+
+KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin (--keep), for `kplay show`
+
+
+COMPILER_LOG = "compiler.log"  # what the compilers printed: ptxas's resource lines, the loop remarks
+
+
+ENGINE_INCLUDE = Path(__file__).resolve().parent.parent / "include"  # kplay/stable.h, on every build's -I path
+
+
+def folder(name: str) -> Path:
+    """A build's folder in the cache: its library, its compiler's output, nvcc's kept files."""
+    return cache_dir() / name
+
+
+def engine_headers() -> dict[str, str]:
+    """The engine's own headers (kplay/stable.h), by path under ENGINE_INCLUDE, with their text."""
+    return {p.relative_to(ENGINE_INCLUDE).as_posix(): p.read_text() for p in sorted(ENGINE_INCLUDE.rglob("*.h"))}

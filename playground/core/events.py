@@ -6,6 +6,7 @@ PHASE = "phase"  # phase: "check" or "time"
 CHECK = "check"  # variant, case: one size being checked
 ALIVE = "alive"  # (nothing): a timed call finished, at most a few times a second; --timeout counts from it
 WAIT = "wait"  # device: the run waits for the device's lease (another run is timing on it); --timeout pauses
+NVTX_RANGE = "kplay"  # around each profiled call, under ncu (--nvtx-include "kplay/")
 WARNING = "warning"  # message: something the user should know, shown as one line
 
 

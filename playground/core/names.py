@@ -6,6 +6,8 @@ import re
 
 OPEN, CLOSE = "<([{", ">)]}"
 
+WIDTH = 30  # of a kernel's name in a profile's tables
+
 
 def _top_level(text: str):
     """(index, char, depth) for each character, the depth counted over <>, (), [] and {}."""

@@ -1,19 +1,98 @@
-"""The records a run returns: each contender's timing, each variant's check, and the run; plain JSON out."""
+"""The record model: every record kplay makes (a timing, a check, a build, a contender, a run) and its plain JSON.
+
+A sweep is a list of runs; a board entry and a graded exercise are built from runs (workshop/board.py,
+workshop/exercise.py); --json prints these records, and the tables are built from the same data.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
 
-from ..compiler.build import BuildInfo
-from ..run.check import CHANGED, Check
 from .errors import CHECK_FAILED, PASSED
-from ..run.timing import Stats, same
+
+
+@dataclass(frozen=True)
+class Stats:
+    median_s: float
+    q1_s: float
+    q3_s: float
+    samples: int
+    method: str
+    noise: float = 0.0  # the samples' relative standard deviation, as nvbench reports it
+    tail_s: float | None = None  # CUDA events: the median wait of a device-wide sync after the end event had fired
+    tail_floor_s: float | None = None  # the same wait after an empty call (same run): what the sync itself costs
+    dropped: int = 0  # samples dropped because the SM clock was below MIN_CLOCK of its maximum
+    clock_mhz: tuple | None = None  # the SM clock over the kept samples: (min, median, max), where NVML reads it
+
+    @property
+    def iqr_s(self) -> float:
+        return self.q3_s - self.q1_s
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Stats:
+        """A record as --json wrote it (a field it does not know is left out)."""
+        return cls(**{"samples": 0, "method": "", **{k: v for k, v in d.items() if k in cls.__dataclass_fields__}})
+
+    @classmethod
+    def of(cls, samples: list[float], method: str, **extra) -> Stats:
+        """The median, quartiles and noise of these samples (seconds)."""
+        q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else samples * 3
+        return cls(median_s=med, q1_s=q1, q3_s=q3, samples=len(samples), method=method, noise=relative_noise(samples), **extra)
+
+
+def relative_noise(samples: list[float]) -> float:
+    """The samples' relative standard deviation (nvbench's noise), without far outliers: beyond 3 IQRs of the
+    quartiles (Tukey's far fences), a sample is an interruption (the OS on a busy CPU core), not spread. A few
+    of them made a CPU median's noise read 136% where its IQR was ±10%, and 'same' hide a 2x speedup."""
+    if len(samples) > 3:
+        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+        samples = [s for s in samples if q1 - 3 * (q3 - q1) <= s <= q3 + 3 * (q3 - q1)]
+    mean = statistics.fmean(samples) if samples else 0.0
+    return statistics.stdev(samples) / mean if len(samples) > 1 and mean else 0.0
+
+
+def same(a: Stats, b: Stats) -> bool:
+    """Two timings are the same when their medians differ by less than the larger of their noises (relative
+    standard deviations) times the smaller median, as nvbench-compare judges. The one rule for 'same': the
+    run table, --against, watch and the board."""
+    return abs(a.median_s - b.median_s) < max(a.noise, b.noise) * min(a.median_s, b.median_s)
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    max_abs_err: float
+    tolerance: float
+    tolerance_source: str
+    mismatches: list[str] = field(default_factory=list)
+    cases: list[str] = field(default_factory=list)  # the sizes checked, e.g. "n=1"
+    failed: dict = field(default_factory=dict)  # each failing case's first message: mismatches stop at 5, cases do not
+
+    def failing(self, reasons: list[str]) -> Check:
+        """The same check, failed for these further reasons (the timing's findings, gradcheck)."""
+        return dataclasses.replace(self, ok=False, mismatches=[*self.mismatches, *reasons])
+
+
+CHANGED = "was changed by the kernel"  # an input that differs from its copy after the call
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    name: str
+    seconds: float
+    cached: bool
+    loops: list = field(default_factory=list)  # the C++ compiler's verdict on each loop of the student's files
+
+    def with_loops(self, loops: list) -> BuildInfo:
+        return BuildInfo(self.name, self.seconds, self.cached, loops)
 
 
 @dataclass(frozen=True)
 class Speedup:
-    """A baseline's median over a contender's; `same` where the two differ by less than the noise (timing.same)."""
+    """A baseline's median over a contender's; `same` where the two differ by less than the noise (record.same)."""
 
     ratio: float
     same: bool

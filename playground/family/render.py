@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ..core.errors import UsageError
-from .registry import Family, Variant
+
+if TYPE_CHECKING:  # a type, not an arrow: render is given a family, it never finds one
+    from .registry import Family, Variant
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]\w*)\s*\}\}")
 
@@ -46,3 +49,20 @@ def header(family: Family, variant: Variant, name: str) -> str:
         return (family.path / name).read_text()
     except FileNotFoundError:
         raise UsageError(f"{family.name}/{variant.name}: header {family.path / name} (task.toml includes) does not exist") from None
+
+
+# a build's copy of a source, as a message names it; a STD_TORCH_CHECK message: "fn, file:line, msg"
+CACHED = re.compile(r"\S*?(main\.cpp|cuda\.cu):(\d+)")
+STD_CHECK = re.compile(r"^(?P<head>.*?: )\w+, (?P<where>\S+:\d+), (?P<msg>.*)$")
+
+
+def in_sources(message: str, fam, variant) -> str:
+    """'... /cache/kplay_sum_cpp_1a2b/main.cpp:54 ...' -> '... snippets/sum/sum.cpp:54 ...'."""
+
+    def source(m: re.Match) -> str:
+        ours = [s for s in variant.sources if s.endswith(".cu") == (m[1] == "cuda.cu")]
+        return f"{fam.path / ours[0]}:{m[2]}" if ours else m[0]
+
+    mapped = CACHED.sub(source, message)
+    std = STD_CHECK.match(mapped)
+    return f"{std['head']}{std['msg']} ({std['where']})" if std else mapped

@@ -10,10 +10,12 @@ import json
 import inspect
 import traceback
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..core.errors import UsageError
-from .registry import Family
+
+if TYPE_CHECKING:  # a type, not an arrow: spec is given a family, it never finds one
+    from .registry import Family
 
 # hook -> (required, the arguments the engine passes, what it is for). "..." means: then the inputs.
 HOOKS = {

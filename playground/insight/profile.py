@@ -18,11 +18,10 @@ from pathlib import Path
 from ..core import events
 from ..compiler import kernel_resources as resources
 from ..core.errors import UsageError
+from ..core import names
 from ..core.names import short_name
 
-GPU_WORK = dict(zip(resources.GPU_WORK, ("kernel", "memset", "memcpy")))  # a trace category -> the kind shown
-RANGE = "kplay"  # the NVTX range around the profiled call; ncu --nvtx-include "kplay/"
-NCU_ARGS = ["--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none", "--section", "SpeedOfLight",
+NCU_ARGS = ["--nvtx", "--nvtx-include", f"{events.NVTX_RANGE}/", "--clock-control", "none", "--section", "SpeedOfLight",
             "--section", "Occupancy", "--section", "LaunchStats", "--csv", "--page", "details", "--target-processes", "all"]
 NO_COUNTERS = ("ncu cannot read the GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or allow all users "
                "(options nvidia NVreg_RestrictProfilingToAdminUsers=0 in /etc/modprobe.d, then reboot)")
@@ -33,104 +32,12 @@ METRICS = {  # ncu's metric name -> the record's key
     "Registers Per Thread": "registers", "Static Shared Memory Per Block": "static_shared_bytes",
     "Dynamic Shared Memory Per Block": "dynamic_shared_bytes",
 }
-WIDTH = 30  # of a kernel's name in the profile's tables
 ADMIN_ONLY = Path("/proc/driver/nvidia/params")  # "RmProfilingAdminOnly: 1": the counters are for root alone
 
 
 # ---- the child: the call, profiled ------------------------------------------------------------------------
 
-def peak_gbps() -> float | None:
-    """The device's memory bandwidth: 2 (double data rate) x memory clock x bus width / 8 (device.py)."""
-    from ..run.peaks import peaks
-
-    peak = peaks("cuda")
-    return peak.bandwidth_gbps if peak else None
-
-
-def execute(req, on_event=events.ignore) -> "Profiled":
-    """Build, warm up, then profile one call of each chosen variant and of the first baseline."""
-    import torch
-
-    from ..run import runner
-    from ..family import spec as specs
-
-    if not torch.cuda.is_available():  # asked here, not in kplay's process: `import torch` there costs seconds
-        raise UsageError("kplay profile: no CUDA GPU is visible here")
-    fam = req.load_family()
-    spec = specs.load(fam)
-    built = runner.build_all(fam, fam.pick_variants("cuda", req.variant), req.params, on_event)
-    dtype = getattr(torch, req.dtype)
-    inputs = runner.make_inputs(spec, req.sizes, dtype, "cuda", req.seed)
-    calls = [("variant", v, spec.function(ops, v)) for v, (ops, _) in built.items()]
-    calls += [("baseline", b, fn) for b, fn in runner.chosen_baselines(spec, req).items()]
-    on_event(events.PHASE, phase="profile")
-    steps = [(kind, name, spec.timings(fn, inputs)) for kind, name, fn in calls]
-    for _, _, each in steps:
-        _warm(each)
-    labelled = [(i, label, step) for i, (_, _, each) in enumerate(steps) for label, step in each.items()]
-    work = _calls([step for _, _, step in labelled], req.mode == "nvtx")
-    profiled = [{"kind": kind, "name": name, "kernels": []} for kind, name, _ in steps]
-    for (i, label, _), records in zip(labelled, work):
-        profiled[i]["kernels"] += [dict(k, step=label) for k in records]
-    nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else None
-    calls = {"calls": [[i, label] for i, label, _ in labelled]} if req.mode == "nvtx" else {}  # ncu's, in order
-    return Profiled({"family": fam.name, "device": torch.cuda.get_device_name(), "dtype": req.dtype,
-                     "sizes": {k: v for k, v in req.sizes.items() if k in fam.sizes}, "params": req.params,
-                     "nbytes": nbytes, "peak_gbps": peak_gbps(), "contenders": profiled} | calls)
-
-
-class Profiled:
-    """The child's record; the worker sends to_dict()."""
-
-    def __init__(self, data: dict):
-        self.data = data
-
-    def to_dict(self) -> dict:
-        return self.data
-
-
-def _warm(steps: dict) -> None:
-    """Twice each step: the first launch loads the module and allocates; neither is what we profile."""
-    import torch
-
-    for prepare, run in steps.values():
-        for _ in range(2):
-            run(*prepare())
-    torch.cuda.synchronize()
-
-
-def _calls(steps: list, nvtx: bool) -> list[list[dict]]:
-    """The GPU work of one call of each step, from one torch.profiler pass; under ncu, each call in the
-    NVTX range after a spin kernel, which marks where its kernels begin in ncu's log (and no records here)."""
-    import torch
-
-    calls = [(run, prepare()) for prepare, run in steps]
-    torch.cuda.synchronize()
-    if not nvtx:
-        return [gpu_work(e) for e in resources.trace_each([lambda run=run, args=args: run(*args) for run, args in calls])]
-    for run, args in calls:
-        torch.cuda.nvtx.range_push(RANGE)
-        torch.cuda._sleep(1000)
-        run(*args)
-        torch.cuda.nvtx.range_pop()
-        torch.cuda.synchronize()
-    return [[] for _ in calls]
-
-
 # ---- parsers (tested against the GPU box's real output in tests/data) --------------------------------------
-
-def gpu_work(work: list[dict]) -> list[dict]:
-    """The kernels, memsets and copies among a chrome trace's events, in launch order, with what launched them."""
-    rows = []
-    for e in sorted((e for e in work if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
-        a = e.get("args", {})
-        kind = GPU_WORK[e["cat"]]
-        rows.append({"kind": kind, "name": e["name"], "short": short_name(e["name"], WIDTH) if kind == "kernel" else kind,
-                     "us": float(e.get("dur", 0.0)), "grid": a.get("grid"), "block": a.get("block"),
-                     "registers": a.get("registers per thread"), "shared_bytes": a.get("shared memory"),
-                     "occupancy_pct": a.get("est. achieved occupancy %")})
-    return rows
-
 
 def ncu_kernels(text: str) -> list[dict]:
     """ncu's --csv --page details output -> one record per profiled kernel, in launch order."""
@@ -142,7 +49,7 @@ def ncu_kernels(text: str) -> list[dict]:
     header, kernels = rows[0], {}
     for row in rows[1:]:
         r = dict(zip(header, row))
-        k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"], "short": short_name(r["Kernel Name"], WIDTH), "hints": [],
+        k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"], "short": short_name(r["Kernel Name"], names.WIDTH), "hints": [],
                                          "grid": _triple(r.get("Grid Size")), "block": _triple(r.get("Block Size"))})
         if r.get("Metric Name") in METRICS:
             k[METRICS[r["Metric Name"]]] = _number(r["Metric Value"])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import events
-from ..run.check import in_sources
+from ..family.render import in_sources
 from ..core.errors import CHECK_FAILED, KernelCrash, UsageError
 from ..core.names import short_name
 

@@ -27,10 +27,10 @@ def token(path: Path) -> dict:
 
 def sources(folder: Path) -> tuple[str, str, dict]:
     """(family, variant, {name: text}) of a started folder: only the files of its variant the student edits."""
-    from ..workshop import exercise
+    from ..workshop import folder as started
     from ..family import registry
 
-    ex = exercise.table(folder)
+    ex = started.table(folder)
     v = registry.load_family(folder).variant(ex["variant"])
     files = {}
     for name in [*v.sources, *v.includes]:

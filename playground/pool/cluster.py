@@ -18,11 +18,11 @@ import secrets
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .server import write_whole
 from ..core.errors import UsageError
 
 NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,63}")  # a student's name: a file name under results/, never a path
@@ -227,19 +227,27 @@ class Supervisor:
 
 def serve(pool: Pool, cpu_workers: int, say) -> None:
     """`kplay pool start`: the scheduler, the workers and the endpoint, each started again if it ends; until Ctrl-C."""
-    from . import server as endpoint
-
     config = pool.config
     scheduler = f"tls://{config['host']}:{config['port']}"
+    _free(config["endpoint_port"])  # taken: one line now, not an endpoint started again and again
     commands = {"scheduler": ([sys.executable, "-m", "playground.pool.cluster", "scheduler", str(pool.folder),
-                               str(config["port"])], {}), **worker_commands(pool, scheduler, cpu_workers)}
-    server = endpoint.serve(endpoint.Endpoint(pool, scheduler), config["endpoint_port"])
+                               str(config["port"])], {}),
+                "endpoint": ([sys.executable, "-m", "playground.pool.server", str(pool.folder), scheduler,
+                              str(config["endpoint_port"])], {}),
+                **worker_commands(pool, scheduler, cpu_workers)}
     say(f"scheduler {scheduler}; students: https://{config['host']}:{config['endpoint_port']}; "
-        f"workers: {', '.join(n for n in commands if n != 'scheduler')}")
-    try:
-        _supervise(pool, commands, say)
-    finally:
-        server.shutdown()
+        f"workers: {', '.join(n for n in commands if n not in ('scheduler', 'endpoint'))}")
+    _supervise(pool, commands, say)
+
+
+def _free(port: int) -> None:
+    """The endpoint's port can be listened on here."""
+    with socket.socket() as s:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", port))
+        except OSError as e:
+            raise UsageError(f"the endpoint's port {port} cannot be used here: {e.strerror}") from None
 
 
 def join(pool: Pool, scheduler: str, cpu_workers: int, host: str | None, say) -> None:
@@ -288,7 +296,7 @@ def main(argv: list[str]) -> None:
     """The supervised processes: `scheduler FOLDER PORT` and `worker FOLDER ADDRESS NAME RESOURCES`."""
     import asyncio
 
-    from ..child.main import die_with_parent
+    from ..child.group import die_with_parent
 
     die_with_parent()  # the supervisor gone (even killed), its processes go too
     needs_dask()
@@ -319,3 +327,18 @@ async def _worker(pool: Pool, address: str, name: str, resources: dict) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
+
+
+def write_whole(path: Path, text: str, mode: int = 0o600) -> None:
+    """Write whole or not at all (a reader never sees half a file); two writers at once each write their own."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 import re
 import ssl
 import tempfile
@@ -22,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..core.errors import UsageError
+from .cluster import write_whole
 
 MAX_BYTES = 1 << 20  # a submission's whole body
 MAX_FILE = 256 << 10  # one source file
@@ -80,6 +80,7 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
     """On a worker: the exercise started afresh in a temporary folder, the student's files written over its
     starter, graded as `kplay check` grades (each kernel in kplay's child process); the worker named."""
     from ..workshop import exercise
+    from ..workshop.folder import unusable
     from ..core.errors import KplayError
     from ..workshop.scaffold import eject
 
@@ -94,7 +95,7 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
             rec = exercise.grade(folder, "cuda" if v.device == "cuda" else "cpu", student, lambda *a, **k: None,
                                  timeout, sanitize)
         except KplayError as e:
-            rec = exercise.unusable(folder, student, e)
+            rec = unusable(folder, student, e)
     return rec | {"worker": _worker_name()}
 
 
@@ -257,21 +258,6 @@ class Endpoint:
         return path
 
 
-def write_whole(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write whole or not at all (a reader never sees half a file); two writers at once each write their own."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 class _Server(ThreadingHTTPServer):
     """A thread per connection, at most CONNECTIONS of them: one more is closed at once."""
 
@@ -333,3 +319,22 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
     # the handler's thread: a client that stalls its handshake holds up no one else
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def main(argv: list[str]) -> None:
+    """The endpoint as the supervisor starts it: `python -m playground.pool.server FOLDER SCHEDULER PORT`."""
+    from ..child.group import die_with_parent
+    from .cluster import Pool
+
+    die_with_parent()  # the supervisor gone (even killed), the endpoint goes too
+    server = serve(Endpoint(Pool(Path(argv[0])), argv[1]), int(argv[2]))
+    try:
+        threading.Event().wait()
+    finally:
+        server.shutdown()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import mmap
-import re
-from dataclasses import dataclass, field
 
 from ..core import events
 from ..family import spec as specs
+from ..family.render import in_sources
 from ..core.errors import KernelCrash, UsageError
+from ..core.record import CHANGED, Check
 
 MAX_MISMATCHES = 5
 
@@ -22,21 +22,6 @@ MAX_MISMATCHES = 5
 class WrongOutput(Exception):
     """A spec hook's word that the kernel's output is malformed (a wrong count or shape of gradients, say):
     a failed check, named in the family's terms, not a crash."""
-
-
-@dataclass(frozen=True)
-class Check:
-    ok: bool
-    max_abs_err: float
-    tolerance: float
-    tolerance_source: str
-    mismatches: list[str] = field(default_factory=list)
-    cases: list[str] = field(default_factory=list)  # the sizes checked, e.g. "n=1"
-    failed: dict = field(default_factory=dict)  # each failing case's first message: mismatches stop at 5, cases do not
-
-    def failing(self, reasons: list[str]) -> Check:
-        """The same check, failed for these further reasons (the timing's findings, gradcheck)."""
-        return dataclasses.replace(self, ok=False, mismatches=[*self.mismatches, *reasons])
 
 
 def as_tuple(x) -> tuple:
@@ -381,7 +366,6 @@ def _mistyped(made, ref, inputs, names: tuple) -> str | None:
 
 LATE = ("the output changed after PyTorch's stream had finished: work still running on another stream "
         "(launch on PyTorch's current stream, or make it wait for yours)")
-CHANGED = "was changed by the kernel"  # an input that differs from its copy after the call
 
 
 def moved(host, made) -> bool:
@@ -420,19 +404,6 @@ def _poison(like):
 
 
 # A C++ check's message names the copy of the source in the build cache; these name the student's file.
-CACHED = re.compile(r"\S*?(main\.cpp|cuda\.cu):(\d+)")
-STD_CHECK = re.compile(r"^(?P<head>.*?: )\w+, (?P<where>\S+:\d+), (?P<msg>.*)$")  # STD_TORCH_CHECK: "fn, file:line, msg"
-
-
-def in_sources(message: str, fam, variant) -> str:
-    """'... /cache/kplay_sum_cpp_1a2b/main.cpp:54 ...' -> '... snippets/sum/sum.cpp:54 ...'."""
-    def source(m: re.Match) -> str:
-        ours = [s for s in variant.sources if s.endswith(".cu") == (m[1] == "cuda.cu")]
-        return f"{fam.path / ours[0]}:{m[2]}" if ours else m[0]
-
-    mapped = CACHED.sub(source, message)
-    std = STD_CHECK.match(mapped)
-    return f"{std['head']}{std['msg']} ({std['where']})" if std else mapped
 
 
 def first_line(e: Exception) -> str:

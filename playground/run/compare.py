@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 from ..core.errors import UsageError
-from .timing import Stats, same
+from ..core.record import Stats, same
 
 
 def verdict(before: dict, after: dict) -> str:
-    """'same' within the noise (timing.same); otherwise 'faster' or 'slower' (after against before)."""
+    """'same' within the noise (record.same); otherwise 'faster' or 'slower' (after against before)."""
     old, new = Stats.from_dict(before), Stats.from_dict(after)
     if same(old, new):
         return "same"

@@ -93,9 +93,9 @@ class Watch:
 
 def _nvml():
     """(pynvml, handle) of this run's GPU (its MIG instance under MIG), or None without NVML."""
-    from .timing import _nvml_handle
+    from .peaks import nvml_handle
 
-    nvml, handle, _ = _nvml_handle()
+    nvml, handle, _ = nvml_handle()
     return (nvml, handle) if nvml else None
 
 

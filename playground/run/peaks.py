@@ -114,3 +114,20 @@ def _cudart_path() -> str:
     except OSError:
         pass
     return "libcudart.so"
+
+
+@functools.cache
+def nvml_handle():
+    """(pynvml, handle, max SM MHz) of the current CUDA device, found by its UUID (NVML and CUDA number the
+    GPUs differently), once per process; (None, None, None) without NVML."""
+    import torch
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+        return pynvml, handle, pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    except Exception:  # no nvidia-ml-py, no NVML, or a device it does not know
+        return None, None, None

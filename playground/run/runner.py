@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from ..compiler import disasm, kernel_resources as resources
+from ..compiler import kernel_resources as resources, remarks
 from ..core import events
 from . import lock as lease, contention as neighbours, timing, audit as trust
 from ..family import render, request as requests, spec as specs
-from ..compiler.build import build, folder
+from ..compiler.build import build
+from ..compiler.toolchain import folder
 from .check import check_variant, first_line, make_inputs
 from ..core.errors import KernelCrash, UsageError
 from ..core.record import BaselineResult, RunResult, VariantResult
@@ -40,7 +41,7 @@ def build_all(fam, chosen: list, params: dict, on_event=events.ignore) -> dict:
     built = {}
     for v in chosen:
         ops, info = build(fam, v, params, on_event)
-        built[v.name] = ops, info.with_loops(disasm.loops(folder(info.name), fam, v))
+        built[v.name] = ops, info.with_loops(remarks.loops(folder(info.name), fam, v))
     return built
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Callable
+
+from ..core.record import Stats, relative_noise
+from .peaks import nvml_handle
 
 MIN_SAMPLES = 30
 MAX_SAMPLES = 2000
@@ -17,53 +18,6 @@ NOISE_TARGET = 0.01  # sampling stops once every contender's noise is below this
 MIN_CLOCK = 0.75  # samples taken while the SM clock was below this share of its maximum are dropped (nvbench's)
 IDLE = ", from an idle GPU"  # said only where NVML saw no other process on the GPU (runner._neighbours)
 HOLD_S = (50e-6, 1e-3)  # the GPU spins this long at least (and at most) before each timed call: see _holder
-
-
-@dataclass(frozen=True)
-class Stats:
-    median_s: float
-    q1_s: float
-    q3_s: float
-    samples: int
-    method: str
-    noise: float = 0.0  # the samples' relative standard deviation, as nvbench reports it
-    tail_s: float | None = None  # CUDA events: the median wait of a device-wide sync after the end event had fired
-    tail_floor_s: float | None = None  # the same wait after an empty call (same run): what the sync itself costs
-    dropped: int = 0  # samples dropped because the SM clock was below MIN_CLOCK of its maximum
-    clock_mhz: tuple | None = None  # the SM clock over the kept samples: (min, median, max), where NVML reads it
-
-    @property
-    def iqr_s(self) -> float:
-        return self.q3_s - self.q1_s
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Stats:
-        """A record as --json wrote it (a field it does not know is left out)."""
-        return cls(**{"samples": 0, "method": "", **{k: v for k, v in d.items() if k in cls.__dataclass_fields__}})
-
-    @classmethod
-    def of(cls, samples: list[float], method: str, **extra) -> Stats:
-        """The median, quartiles and noise of these samples (seconds)."""
-        q1, med, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else samples * 3
-        return cls(median_s=med, q1_s=q1, q3_s=q3, samples=len(samples), method=method, noise=_noise(samples), **extra)
-
-
-def _noise(samples: list[float]) -> float:
-    """The samples' relative standard deviation (nvbench's noise), without far outliers: beyond 3 IQRs of the
-    quartiles (Tukey's far fences), a sample is an interruption (the OS on a busy CPU core), not spread. A few
-    of them made a CPU median's noise read 136% where its IQR was ±10%, and 'same' hide a 2x speedup."""
-    if len(samples) > 3:
-        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-        samples = [s for s in samples if q1 - 3 * (q3 - q1) <= s <= q3 + 3 * (q3 - q1)]
-    mean = statistics.fmean(samples) if samples else 0.0
-    return statistics.stdev(samples) / mean if len(samples) > 1 and mean else 0.0
-
-
-def same(a: Stats, b: Stats) -> bool:
-    """Two timings are the same when their medians differ by less than the larger of their noises (relative
-    standard deviations) times the smaller median, as nvbench-compare judges. The one rule for 'same': the
-    run table, --against, watch and the board."""
-    return abs(a.median_s - b.median_s) < max(a.noise, b.noise) * min(a.median_s, b.median_s)
 
 
 def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False,
@@ -134,7 +88,7 @@ def _enough(rounds: int, spent: float, budget_s: float, samples: dict, noise_tar
     """At least MIN_SAMPLES, then until the budget is spent or every contender is quiet; a slow kernel stops
     at 5 samples once it has taken 20 budgets."""
     quiet = rounds >= MIN_SAMPLES and rounds % 10 == 0 and all(
-        _noise([s[0] for s in v]) < noise_target for k, v in samples.items() if k != EMPTY)
+        relative_noise([s[0] for s in v]) < noise_target for k, v in samples.items() if k != EMPTY)
     return rounds >= MAX_SAMPLES or (rounds >= MIN_SAMPLES and (spent >= budget_s or quiet)) or (rounds >= 5 and spent >= 20 * budget_s)
 
 
@@ -210,30 +164,13 @@ class _SmClock:
     """The SM clock through NVML (nvidia-ml-py), where it is installed; otherwise reads None."""
 
     def __init__(self):
-        self._nvml, self._handle, self.max_mhz = _nvml_handle()
+        self._nvml, self._handle, self.max_mhz = nvml_handle()
 
     def read(self) -> int | None:
         try:
             return self._nvml.nvmlDeviceGetClockInfo(self._handle, self._nvml.NVML_CLOCK_SM) if self._nvml else None
         except Exception:
             return None
-
-
-@functools.cache
-def _nvml_handle():
-    """(pynvml, handle, max SM MHz) of the current CUDA device, found by its UUID (NVML and CUDA number the
-    GPUs differently), once per process; (None, None, None) without NVML."""
-    import torch
-
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
-        return pynvml, handle, pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)
-    except Exception:  # no nvidia-ml-py, no NVML, or a device it does not know
-        return None, None, None
 
 
 def _holder(host_s: float, clock):

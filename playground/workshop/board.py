@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.errors import UsageError
-from ..run.timing import Stats, same
+from ..core.record import Stats, same
 
 # The fields the board reads, and their JSON types; "student" is optional (the file's stem stands in).
 NEEDED = {"family": str, "variant": str, "passed": int, "checked": int, "failures": dict, "exit_code": int}
@@ -179,7 +179,7 @@ def rank(entries: list[Entry]) -> list[Ranked]:
 
 
 def _tied(a: Entry, b: Entry) -> bool:
-    """The same cases passed, and speedups the same within their noise (timing.same: the rule `kplay run` uses)."""
+    """The same cases passed, and speedups the same within their noise (record.same: the rule `kplay run` uses)."""
     if a.passed != b.passed or (a.speedup is None) != (b.speedup is None):
         return False
     if a.speedup is None:

@@ -5,8 +5,6 @@ The starter is made from the solution's `// kplay:todo` regions (markers.py).
 
 from __future__ import annotations
 
-import getpass
-import json
 import os
 import tempfile
 import uuid
@@ -14,11 +12,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..family import registry, render
-from ..run.check import CHANGED
+from ..core.record import CHANGED
 from ..core.errors import CHECK_FAILED, BuildError, KplayError, UsageError
+from .folder import HINTS_FILE, student, table
 from .todos import Hint, starter_files
-
-HINTS_FILE = ".kplay-hints.json"  # how many hints the student has seen
 
 def is_exercise(fam: registry.Family) -> bool:
     """A built-in family marked `exercise = true`: show and eject give the starter."""
@@ -86,7 +83,6 @@ def _compiles(starter: registry.Family, variant: registry.Variant, params: dict,
     import logging
 
     from ..compiler.build import build
-
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found" on CPU boxes
     try:
         build(starter, starter.variants[variant.name], params)
@@ -94,57 +90,6 @@ def _compiles(starter: registry.Family, variant: registry.Variant, params: dict,
         first = next((d.strip() for d in e.details if "error" in d), str(e)).replace(where + "/", "")
         raise UsageError(f"the starter of {what} does not compile (fix the marking or add a // kplay:stub); "
                          f"at the starter's line {first}") from None
-
-
-def table(folder: Path) -> dict:
-    """The exercise table of a started folder's task.toml."""
-    fam = registry.load_family(folder)
-    found = fam.exercise
-    if not isinstance(found, dict):
-        raise UsageError(f"{folder} is not an exercise folder (kplay start NAME/VARIANT DIR writes one)")
-    return found
-
-
-def next_hint(folder: Path, number: int | None = None) -> tuple[dict | None, int, int]:
-    """The next hint, or hint `number` again (None once all were shown), how many were shown before, how many
-    there are; how far the student got is remembered."""
-    hints = table(folder)["hints"]
-    seen = folder / HINTS_FILE
-    try:
-        shown = int(json.loads(seen.read_text())["shown"])
-    except (OSError, ValueError, KeyError, TypeError):
-        shown = 0
-    if number is not None and not 1 <= number <= len(hints):
-        raise UsageError(f"hint {number}: this exercise has hints 1 to {len(hints)}")
-    k = shown if number is None else number - 1
-    if k >= len(hints):
-        return None, shown, len(hints)
-    seen.write_text(json.dumps({"shown": max(shown, k + 1)}) + "\n")
-    return hints[k], shown, len(hints)
-
-
-def student(folder: Path) -> str:
-    """Who the record is for: the name `kplay start` was given (or $KPLAY_STUDENT then), else the login and the
-    start's id, so that two folders of one shared login are two students."""
-    ex = table(folder)
-    if ex.get("student"):
-        return ex["student"]
-    try:
-        login = folder.owner()
-    except (KeyError, NotImplementedError, OSError):
-        login = getpass.getuser()
-    return f"{login}-{ex['id']}" if ex.get("id") else login
-
-
-def unusable(folder: Path, name: str | None, error: KplayError) -> dict:
-    """`check --json`'s record when no dtype could run (a CUDA exercise with no GPU): the reason, for the board."""
-    try:
-        ex, who = table(folder), name or student(folder)
-    except KplayError:
-        ex, who = {"family": "", "variant": ""}, name or folder.name
-    return {"student": who, "family": ex["family"], "variant": ex["variant"], "passed": 0, "checked": 0,
-            "failures": {}, "speedup": None, "baseline": None, "exit_code": error.exit_code, "dtypes": [],
-            "error": str(error), "what": f"could not run: {error}", "run": {}}
 
 
 def graded(fam: registry.Family) -> list[str]:

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from ..family import render
-from ..compiler.build import CUDA_FLAGS, CXX_FLAGS, engine_headers
+from ..compiler.toolchain import CUDA_FLAGS, CXX_FLAGS, engine_headers
 from ..core.errors import UsageError
 from .todos import starter_files
 from ..family.registry import Family, Variant
