@@ -51,7 +51,6 @@ def laptop_env() -> dict:
 
 def start_pool(folder: Path, cpu_workers: int) -> subprocess.Popen:
     from playground.pool import cluster as pool
-
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pool", "start", "--dir", str(folder), "--host",
                              "127.0.0.1", "--port", str(free_port()), "--endpoint-port", str(free_port()),
                              "--cpu-workers", str(cpu_workers)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -145,7 +144,6 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="the pool's and students' folders (default: a temporary one)")
     args = parser.parse_args()
     from playground.pool import cluster as pool
-
     exercises = CPU_EXERCISES if args.cpu else GPU_EXERCISES
     n = args.students or 2 * len(exercises)
     name = "lease-gpu.md" if args.local else "pool-cpu.md" if args.cpu else "pool-gpu.md"
@@ -175,7 +173,6 @@ def main() -> None:
 def run_class(p, exercises: list, n: int, tmp: Path, sanitize: bool, emit) -> None:
     """Solo grades, the whole class at once, one report from a laptop, solo grades again; each table to emit."""
     from playground.pool import cluster as pool
-
     students = []
     for k in range(n):
         family, variant = exercises[k % len(exercises)]

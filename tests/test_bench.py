@@ -16,8 +16,7 @@ from playground.child import spawn as isolate
 from playground.report import plot
 from playground.workshop import sweep
 from playground.core.errors import KernelCrash, UsageError
-from playground.report import short, sweep_chart, sweep_table
-
+from playground.report.tables import short, sweep_chart, sweep_table
 ENV = {"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"}
 try:
     import matplotlib  # noqa: F401  (the `plot` extra)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT
-from playground.workshop import magic
+from playground import notebook as magic
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

@@ -12,7 +12,7 @@ from playground.family import registry
 
 from playground.compiler import kernel_resources as resources
 from playground.core.names import short_name
-from playground.report import kernel_lines
+from playground.report.tables import kernel_lines
 from playground.compiler.kernel_resources import H200, occupancy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,7 +182,7 @@ def test_the_runner_gives_each_contender_its_profiled_kernels_and_the_report_sho
     from playground.run import runner
     from playground.compiler.toolchain import COMPILER_LOG, folder
     from playground.core.record import BuildInfo, Check
-    from playground.report import run_report
+    from playground.report.tables import run_report
     from playground.core.record import BaselineResult, RunResult, VariantResult
 
     where = folder("kplay_sum_tree_fake")
@@ -272,7 +272,7 @@ def test_an_ejected_rung_with_its_kernel_renamed_reports_the_new_name(kplay, tmp
 def test_a_cached_build_reads_its_resources_back_in_well_under_a_tenth_of_a_second(built_sum):
     """In a fresh process, after a cache hit: the resources cost a read of resources.json, no compiler."""
     built_sum("fast", 256)  # the build the fresh process then finds in the cache
-    code = ("import time, torch\nfrom playground import registry, resources\nfrom playground.compiler.build import build\n"
+    code = ("import time, torch\nfrom playground.family import registry\nfrom playground.compiler import kernel_resources as resources\nfrom playground.compiler.build import build\n"
             "fam = registry.find('sum')\nt0 = time.perf_counter()\n"
             "_, info = build(fam, fam.variants['fast'], fam.parse_params([]))\n"
             "t = time.perf_counter()\nk = resources.for_dtype(resources.of_build(info.name), 'float32')\n"

@@ -333,7 +333,6 @@ def test_every_build_hashes_the_engine_header(monkeypatch, tmp_path):
     import shutil
 
     from playground.compiler import build
-
     from playground.family import registry
 
     fam = registry.find("sum")

@@ -45,9 +45,9 @@ def serve(request_json: str, out, alone: bool = False) -> None:
 
     alone: under a tool (the sanitizer, ncu), as in a profile, the whole run holds the device's lease alone:
     its kernels run slowed, or replayed, for long, and would distort another run's timing."""
-    from ..run import runner
     from ..core.errors import KplayError
     from ..family.request import Request
+    from ..run import runner
 
     def send(**message) -> None:
         out.write(json.dumps(message) + "\n")
@@ -75,8 +75,9 @@ def _lease(request, alone: bool, on_event):
     """The device's lease, held alone for the whole run, or nothing (the run takes its own: runner.execute)."""
     if not alone:
         return contextlib.nullcontext()
-    from ..run import lock as lease, runner
     from ..core.errors import UsageError
+    from ..run import lock as lease
+    from ..run import runner
 
     try:
         key = lease.of(runner.resolve_device(request.device, request.load_family(), request.variant))

@@ -13,14 +13,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import TYPE_CHECKING
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core import events
-from . import group as sessions
 from ..core.errors import BuildError, KernelCrash, KplayError, UsageError
+from . import group as sessions
 
 if TYPE_CHECKING:  # a type, not an arrow: any request with to_json(), timeout and read_only will do
     from ..family.request import Request

@@ -14,14 +14,32 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 from ..core import events
-from . import pch
-from ..family import render
 from ..core.capture import stdout_fd
 from ..core.errors import BuildError, UsageError
 from ..core.record import BuildInfo
+from ..family import render
 from ..family.registry import Family, Variant
-from .toolchain import (COMPILER_LOG, CUDA_FLAGS, CXX_FLAGS, ENGINE_INCLUDE, KEEP, engine_headers, folder, CACHE_LOCK, cache_dir, cache_exclusive, cache_lock, cache_shared, compiler, cpu_model,
-                        linker_flags, nvidia_library, remark_flags, setup_env)
+from . import pch
+from .toolchain import (
+    CACHE_LOCK,
+    COMPILER_LOG,
+    CUDA_FLAGS,
+    CXX_FLAGS,
+    ENGINE_INCLUDE,
+    KEEP,
+    cache_dir,
+    cache_exclusive,
+    cache_lock,
+    cache_shared,
+    compiler,
+    cpu_model,
+    engine_headers,
+    folder,
+    linker_flags,
+    nvidia_library,
+    remark_flags,
+    setup_env,
+)
 
 # What `kplay show --asm/--ptx/--sass` and the run report read from a build, none of which changes the code
 # generated: C++ line tables (-g1), CUDA line info (-lineinfo, also what a sanitizer's findings need).

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import BuildError, UsageError
+from ..core.names import short_name
 from .build import build
 from .remarks import is_students, loops, student_file
 from .toolchain import KEEP, folder
-from ..core.names import short_name
 
 WHEELS = {"nvdisasm": "nvidia-cuda-nvdisasm", "cuobjdump": "nvidia-cuda-cuobjdump"}
 

@@ -19,8 +19,8 @@ def _version(cmd: list[str]) -> str:
 
 def diagnose() -> list[tuple[str, bool, str]]:
     """(what, ok, detail or fix) for each part; a missing GPU or nvcc is fine (CPU variants only)."""
-    from .build import cache_size
     from ..core.errors import UsageError
+    from .build import cache_size
     from .toolchain import cache_dir, cache_shared, compiler, cuda_home, venv_bin
 
     rows = [("python", sys.version_info >= (3, 10), f"{platform.python_version()} at {sys.executable}")]

@@ -17,8 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .toolchain import COMPILER_LOG, cuda_home, folder
 from ..core.names import short_name
+from .toolchain import COMPILER_LOG, cuda_home, folder
 
 FILE = "resources.json"  # beside the build's .so: its kernels, parsed once from the compiler's log
 

@@ -167,6 +167,11 @@ class Family:
             raise UsageError(f"{self.name} has no variant '{name}'; valid: {', '.join(self.variants)}")
         return self.variants[name]
 
+    def chosen(self, device: str, name: str | None) -> list[Variant]:
+        """The one rule for which variants a command takes: one named outright, whatever its device (reading or
+        building a source needs no GPU); else the device's by pick_variants ('all', or the default)."""
+        return [self.variant(name)] if name and name != "all" else self.pick_variants(device, name)
+
     def parse_params(self, pairs: list[str]) -> dict[str, int | str]:
         """Turn ['threads=512'] into the full parameter dict, defaults filled in."""
         values = {p.name: p.default for p in self.params.values()}

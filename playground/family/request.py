@@ -16,8 +16,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Collection
 
-from . import registry
 from ..core.errors import UsageError
+from . import registry
 
 MAX_SIZE = 1 << 40
 MAX_SEED = 1 << 62  # torch.Generator takes a signed 64-bit seed; the timed inputs use seed + 1000 + k
@@ -226,3 +226,27 @@ def _shortest(x: float, dtype: str) -> str:
         if _round(float(text), dtype) == x:
             return text
     return repr(x)
+
+
+def split_sizes(args: list[str], pairs: list[str] | None) -> dict:
+    """`--n 1e7`, `--rows=1e5` (the words a command did not declare itself) and `--size n=1e7`, as {name: text}
+    (None: a name without its value). Only split here: make() checks the names and the values."""
+    sizes, rest = {}, list(args)
+
+    def given(key: str, value) -> None:
+        if key in sizes:
+            raise UsageError(f"--{key} is given twice ({sizes[key]} and {value}): give it once")
+        sizes[key] = value
+
+    while rest:
+        arg = rest.pop(0)
+        if not arg.startswith("--") or len(arg) < 3:
+            raise UsageError(f"unexpected argument '{arg}' (sizes are given as --NAME VALUE)")
+        key, eq, value = arg[2:].partition("=")
+        given(key, value if eq else rest.pop(0) if rest and not rest[0].startswith("--") else None)
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise UsageError(f"--size {pair}: expected NAME=VALUE")
+        given(key, value)
+    return sizes

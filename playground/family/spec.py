@@ -6,8 +6,8 @@ The engine reads a family only through the `Spec` made here; no other module pro
 from __future__ import annotations
 
 import importlib.util
-import json
 import inspect
+import json
 import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable

@@ -15,10 +15,9 @@ import re
 import tempfile
 from pathlib import Path
 
-from ..core import events
 from ..compiler import kernel_resources as resources
+from ..core import events, names
 from ..core.errors import UsageError
-from ..core import names
 from ..core.names import short_name
 
 NCU_ARGS = ["--nvtx", "--nvtx-include", f"{events.NVTX_RANGE}/", "--clock-control", "none", "--section", "SpeedOfLight",
@@ -88,8 +87,8 @@ def run(req, on_event=events.ignore, ncu: bool = True) -> dict:
     """The profile record: from one child under ncu where it can read the counters; else from a child under
     torch.profiler, with a note in "ncu" saying why ncu's figures are missing (None when they are there)."""
     from ..child import spawn as isolate
-    from ..core.errors import BuildError
     from ..compiler.toolchain import cuda_tool
+    from ..core.errors import BuildError
 
     exe = cuda_tool("ncu") if ncu else None
     note = ("skipped (--no-ncu)" if not ncu else "ncu not found (PATH, the CUDA toolkit's bin)" if not exe

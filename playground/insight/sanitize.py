@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import events
-from ..family.render import in_sources
 from ..core.errors import CHECK_FAILED, KernelCrash, UsageError
 from ..core.names import short_name
+from ..family.render import in_sources
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PREFIX = "========="

@@ -27,8 +27,8 @@ def token(path: Path) -> dict:
 
 def sources(folder: Path) -> tuple[str, str, dict]:
     """(family, variant, {name: text}) of a started folder: only the files of its variant the student edits."""
-    from ..workshop import folder as started
     from ..family import registry
+    from ..workshop import folder as started
 
     ex = started.table(folder)
     v = registry.load_family(folder).variant(ex["variant"])
@@ -54,8 +54,8 @@ def check(folder: Path, token_file: Path, timeout: float, sanitize: bool) -> dic
 def run(req, token_file: Path) -> dict:
     """`kplay run ... --pool`: the run's record from a worker of the pool; a kplay error there is raised here.
     A built-in family is the pool's own; a folder's kernel files (task.toml, spec.py, sources) are sent."""
-    from ..family import registry
     from ..core.errors import BuildError, KernelCrash
+    from ..family import registry
 
     folder = Path(req.path)
     builtin = folder.parent.resolve() == registry.BUILTIN.resolve()

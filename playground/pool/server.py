@@ -44,9 +44,9 @@ def editable(family: str, variant: str) -> tuple:
     """(family, variant, the file names a student may send) of a built-in exercise; Refused otherwise. A name
     is a built-in's, never a path: a family found elsewhere (a folder of the student's own, with its own
     tolerances) is refused."""
-    from ..workshop import exercise
-    from ..family import registry
     from ..core.errors import KplayError
+    from ..family import registry
+    from ..workshop import exercise
 
     if not EXERCISE.fullmatch(f"{family}/{variant}"):
         raise Refused(400, f"not an exercise of this pool: {family}/{variant}"[:200])
@@ -79,9 +79,9 @@ def submission(body: dict) -> tuple:
 def grade_files(family: str, variant: str, files: dict, student: str, timeout: float, sanitize: bool) -> dict:
     """On a worker: the exercise started afresh in a temporary folder, the student's files written over its
     starter, graded as `kplay check` grades (each kernel in kplay's child process); the worker named."""
+    from ..core.errors import KplayError
     from ..workshop import exercise
     from ..workshop.folder import unusable
-    from ..core.errors import KplayError
     from ..workshop.scaffold import eject
 
     fam, v, _ = editable(family, variant)  # the worker checks the names again: it trusts no caller
@@ -133,8 +133,8 @@ def run_files(request_json: str, files: dict) -> dict:
     import tempfile
 
     from ..child import spawn as isolate
-    from ..family import registry
     from ..core.errors import KplayError
+    from ..family import registry
     from ..family.request import Request
 
     raw = json.loads(request_json)

@@ -9,7 +9,6 @@ from pathlib import Path
 from ..family import spec as specs
 from .check import as_tuple, make_inputs
 
-
 # The timed inputs together exceed this where memory allows: on a GPU any L2 (the H200's is 50 MB); on a CPU
 # 64 MB (a laptop's last-level cache is 8-36 MB), or four times the last-level cache where Linux says more.
 POOL_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}

@@ -11,10 +11,10 @@ import dataclasses
 import mmap
 
 from ..core import events
-from ..family import spec as specs
-from ..family.render import in_sources
 from ..core.errors import KernelCrash, UsageError
 from ..core.record import CHANGED, Check
+from ..family import spec as specs
+from ..family.render import in_sources
 
 MAX_MISMATCHES = 5
 

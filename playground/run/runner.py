@@ -6,15 +6,21 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from ..compiler import kernel_resources as resources, remarks
-from ..core import events
-from . import lock as lease, contention as neighbours, timing, audit as trust
-from ..family import render, request as requests, spec as specs
+from ..compiler import kernel_resources as resources
+from ..compiler import remarks
 from ..compiler.build import build
 from ..compiler.toolchain import folder
-from .check import check_variant, first_line, make_inputs
+from ..core import events
 from ..core.errors import KernelCrash, UsageError
 from ..core.record import BaselineResult, RunResult, VariantResult
+from ..family import render
+from ..family import request as requests
+from ..family import spec as specs
+from . import audit as trust
+from . import contention as neighbours
+from . import lock as lease
+from . import timing
+from .check import check_variant, first_line, make_inputs
 from .timing import as_pair
 
 

@@ -11,11 +11,12 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from ..family import registry, render
-from ..core.record import CHANGED
 from ..core.errors import CHECK_FAILED, BuildError, KplayError, UsageError
+from ..core.record import CHANGED
+from ..family import registry, render
 from .folder import HINTS_FILE, student, table
 from .todos import Hint, starter_files
+
 
 def is_exercise(fam: registry.Family) -> bool:
     """A built-in family marked `exercise = true`: show and eject give the starter."""
@@ -134,8 +135,8 @@ def _sanitized(folder: Path, ex: dict, fam: registry.Family, dtype: str, on_even
     import dataclasses
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..family import request
     from ..compiler.toolchain import cuda_tool
+    from ..family import request
 
     if not cuda_tool("compute-sanitizer"):
         return []

@@ -7,12 +7,11 @@ import os
 import re
 from pathlib import Path
 
-from ..family import render
-from ..compiler.toolchain import CUDA_FLAGS, CXX_FLAGS, engine_headers
+from ..compiler.toolchain import CUDA_FLAGS, CXX_FLAGS, engine_headers, nvidia_library
 from ..core.errors import UsageError
-from .todos import starter_files
+from ..family import render
 from ..family.registry import Family, Variant
-from ..compiler.toolchain import nvidia_library
+from .todos import starter_files
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core import events
 from ..child import spawn as isolate
-from ..family import registry
+from ..core import events
 from ..core.errors import KplayError, UsageError
+from ..family import registry
 from ..family.request import Request, parse_size
 
 MAX_POINTS = 64

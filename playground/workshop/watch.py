@@ -16,8 +16,8 @@ from rich.console import Group
 from rich.rule import Rule
 from rich.text import Text
 
-from ..run.compare import verdict
 from ..core.errors import KplayError, UsageError
+from ..run.compare import verdict
 
 # A save of one of these reruns the kernel; an editor's swap and backup files (.swp, ~, #x#) do not.
 SOURCES = (".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".toml", ".py")

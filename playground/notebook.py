@@ -19,9 +19,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from ..core.errors import KplayError, UsageError
+from . import engine
+from .core.errors import KplayError, UsageError
 
-ROOT = Path(__file__).resolve().parent.parent  # where cli.py is, installed or in a checkout
 COLUMNS = 100  # the child's terminal width: kplay's reports are laid out for 80
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RED_ERROR = "\x1b[31merror:\x1b[0m "
@@ -70,43 +70,35 @@ def _split(line: str) -> list[str]:
 
 def _cell_run(args: list[str], body: str) -> tuple[list[str], Path]:
     """The cell's `run NAME ...`: the variant's files with the body in place of one; the CLI's arguments."""
-    from ..family import render
-
     if not args or args[0] != "run" or len(args) < 2 or args[1].startswith("-"):
         what = f"%%kplay {args[0]}: the cell magic runs a kernel; " if args and args[0] != "run" else ""
         raise UsageError(f"{what or 'a kernel name is missing; '}usage: {CELL_USAGE}")
     fam, variant, values, file, rest = _pick(args[1], args[2:])
     folder = _eject(fam, variant, values)
-    text = render.render(body, values, where=f"the cell ({file})")
+    text = engine.render_text(body, values, where=f"the cell ({file})")
     (folder / file).write_text("\n" + text)  # line 1 is the %%kplay line: the compiler's line numbers are the cell's
     return ["run", str(folder), "--variant", variant.name, *rest], folder
 
 
 def _pick(name: str, args: list[str]):
     """The family, the variant, its parameters and the file a cell holds; the options left for kplay run."""
-    from ..family import registry
-
     files, rest = _take(args, "--file")
     params, rest = _take(rest, "--param", "-p")
     paths, rest = _take(rest, "--path")
     variants, rest = _take(rest, "--variant")
     devices, _ = _take(list(rest), "--device")
-    fam = registry.find(name, paths)
+    fam = engine.find(name, paths)
     variant = _variant(fam, variants[-1] if variants else None, devices[-1] if devices else "auto")
     return fam, variant, fam.parse_params(params), _target(fam, variant, files[-1] if files else None), rest
 
 
 def _load_cell(args: list[str]) -> str:
     """`%kplay load NAME [--starter] ...`: a %%kplay run cell holding the variant's file (an exercise's starter)."""
-    from ..family import render
-    from .todos import starter_files
-
     if not args or args[0].startswith("-"):
         raise UsageError("a kernel name is missing; usage: %kplay load NAME [--variant V] [--file FILE] [--starter]")
     starter = "--starter" in args
     fam, variant, values, file, rest = _pick(args[0], [a for a in args[1:] if a != "--starter"])
-    files = {**render.sources(fam, variant, values), **{n: render.header(fam, variant, n) for n in variant.includes}}
-    text = (starter_files(files, fam.path)[0] if starter else files)[file]
+    text = engine.variant_files(fam, variant, values, starter)[file]
     params = [x for k, v in values.items() if fam.params[k].default != v for x in ("--param", f"{k}={v}")]
     chosen = ["--file", file] if file != _target(fam, variant, None) else []
     paths = [x for p in _take(args[1:], "--path")[0] for x in ("--path", p)]  # where the cell finds the family again
@@ -144,9 +136,7 @@ def _variant(fam, name: str | None, device: str):
     if name:
         return fam.variant(name)
     if device == "auto" and fam.variants_for("cuda"):  # a GPU or not: the same rule as kplay run's
-        from ..run.runner import resolve_device
-
-        device = resolve_device(device, fam)
+        device = engine.resolve_device(device, fam)
     return fam.pick_variants("cpu" if device == "auto" else device, None)[0]
 
 
@@ -165,10 +155,8 @@ def _target(fam, variant, file: str | None) -> str:
 
 def _eject(fam, variant, values: dict) -> Path:
     """The variant's files, a solution's and not a starter's (the body replaces one anyway), in this kernel's folder."""
-    from .scaffold import eject
-
     folder = _workdir() / f"{fam.name}-{variant.name}"
-    eject(fam, folder, [variant], values, force=True, starter=False)
+    engine.eject(fam, folder, None, variant.name, values, force=True, starter=False)
     return folder
 
 
@@ -184,8 +172,7 @@ def _child(args: list[str]) -> tuple[int, str, str]:
     """The kplay CLI in a child process: its exit code, stdout and stderr, coloured as on a terminal."""
     env = {**os.environ, "COLUMNS": str(COLUMNS), "FORCE_COLOR": "1", "TERM": "xterm-256color",
            "TTY_INTERACTIVE": "0"}  # colour, and no spinner
-    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from cli import app; app(prog_name='kplay')"
-    child = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-m", "playground.cli", *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, env=env, text=True, errors="replace", start_new_session=True)
     try:
         out, err = child.communicate()
