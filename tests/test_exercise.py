@@ -309,7 +309,7 @@ def test_two_folders_of_one_login_are_two_students_and_start_names_its_student(k
         records.append(folder.parent / "me.json")
         records[-1].write_text(result.stdout)
     names = [json.loads(r.read_text())["student"] for r in records]
-    assert names[0] != names[1] and all(n.startswith(exercise.getpass.getuser() + "-") for n in names), names
+    assert names[0] != names[1] and all(n.startswith(started.getpass.getuser() + "-") for n in names), names
     board = kplay("board", *records, "--out", tmp_path)
     assert board.exit_code == 0 and "2 students" in board.stdout, board.output
     assert kplay("start", "print_array/cpp", tmp_path / "c", "--name", "ada").exit_code == 0

@@ -101,7 +101,7 @@ REAP_S = 0.02  # how often the zygote looks for an ended child while one runs
 
 def warm() -> None:
     """The zygote's loop: fork a child for each request, report each one's end."""
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    sock = socket.socket(fileno=int(sys.argv[2]))  # --warm FD
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is kplay's: it kills the child and closes the socket
     import ctypes
 
