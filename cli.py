@@ -164,7 +164,7 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
     above its instructions (CUDA is built for the configured GPU arch: no GPU needed).
     """
     fam = registry.find(name, path)
-    params = fam.parse_params(param or [])
+    params = fam.parse_params(param or [], fam.named(variant))
     starter = _is_exercise(fam) and not solution
     kinds = [k for k, on in (("ptx", ptx), ("sass", sass), ("asm", asm)) if on]
     if len(kinds) > 1:
@@ -214,7 +214,7 @@ def _show_source(fam, device: Device, variant: str | None, params: dict, starter
     chosen = [fam.variant(variant)] if named else fam.pick_variants("cuda" if device == Device.auto else device.value, variant)
     out.print(f"[b]{fam.name}[/b]: {escape(fam.summary)}")  # a panel's title would be cut at the border
     out.print(Panel(Markdown(fam.note.strip() or fam.summary)))
-    out.print(sizes_table(fam))
+    out.print(sizes_table(fam, chosen))
     out.print(path_lines("files in ", str(fam.path), out.width), highlight=False)
     for v in chosen:
         out.print(f"[b]{v.name}[/b] ({v.device}): {v.note}")
@@ -285,7 +285,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     from playground import compare, isolate, request
 
     if help_ or name is None:
-        return _family_help(ctx, name, path, help_)
+        return _family_help(ctx, name, path, help_, variant)
     if against and (no_bench or sanitize):
         raise UsageError(f"--against compares timings: it cannot go with {'--no-bench' if no_bench else '--sanitize'}")
     if sanitize:
@@ -412,7 +412,7 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
     from playground import profile as profiler, request
 
     if help_ or name is None:
-        return _family_help(ctx, name, path, help_)
+        return _family_help(ctx, name, path, help_, variant)
     profiler.check_device(device.value)
     req = request.make(name, device="cuda", variant=variant, dtype=dtype, seed=seed, sizes=_sizes(ctx.args, size),
                        params=param or [], paths=path, timeout=timeout, one_baseline=True, mode="profile",
@@ -425,8 +425,9 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
         out.print(profiler.report(result))
 
 
-def _family_help(ctx: typer.Context, name: str | None, path, help_: bool) -> None:
-    """The command's help, then (with a NAME) that family's sizes and parameters; no NAME and no --help: an error."""
+def _family_help(ctx: typer.Context, name: str | None, path, help_: bool, variant: str | None = None) -> None:
+    """The command's help, then (with a NAME) that family's sizes and parameters (with a --variant, only the
+    parameters that one takes); no NAME and no --help: an error."""
     if not help_:
         raise UsageError(f"kplay {ctx.info_name}: missing the kernel's NAME (kplay list shows them)")
     out.print(ctx.get_help() or "")
@@ -436,7 +437,7 @@ def _family_help(ctx: typer.Context, name: str | None, path, help_: bool) -> Non
 
     fam = registry.find(name, path)
     out.print(f"[b]{fam.name}[/b]'s sizes and parameters:")
-    out.print(sizes_table(fam))
+    out.print(sizes_table(fam, fam.named(variant) if variant else None))
 
 
 def _sizes(args: list[str], pairs: list[str] | None) -> dict:
@@ -642,7 +643,7 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
         devices = [device.value] if device and device != Device.auto else fam.devices
         chosen = list({v.name: v for d in devices for v in fam.pick_variants(d, "all")}.values())
     target = Path(folder or fam.name)
-    for f in write(fam, target, chosen, fam.parse_params(param or []), force, starter=starter):
+    for f in write(fam, target, chosen, fam.parse_params(param or [], chosen), force, starter=starter):
         out.print(f"wrote {f}", soft_wrap=True)  # a long path stays one line, to copy
     out.print(f"edit the sources, then: [b]kplay run {_as_path(target)}[/b]")
 
@@ -671,7 +672,7 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
     fam = registry.find(name, path)
     dev = "cuda" if device == Device.auto else device.value
     v = fam.variant(variant) if variant else fam.pick_variants(dev, None)[0]
-    for f in write(fam, Path(folder), v, fam.parse_params(param or []), force):
+    for f in write(fam, Path(folder), v, fam.parse_params(param or [], [v]), force):
         out.print(f"wrote {f}", soft_wrap=True)
     python = Path(sys.executable)
     out.print("build and test it (one line, to paste):")
@@ -695,7 +696,7 @@ def start(exercise_: Annotated[str, typer.Argument(metavar="NAME", help="NAME or
     fam = registry.find(fam_name, path)
     v = exercise.pick(fam, variant, gpu=variant is None and _has_gpu())
     with _progress():
-        written = exercise.start(fam, v, folder, fam.parse_params(param or []), force, name)
+        written = exercise.start(fam, v, folder, fam.parse_params(param or [], [v]), force, name)
     for f in written:
         out.print(f"wrote {f}", soft_wrap=True)
     out.print(f"fill in the TODOs, then: [b]kplay check {_as_path(folder)}[/b] (stuck? [b]kplay hint {_as_path(folder)}[/b])")
