@@ -82,8 +82,10 @@ def parse(raw: dict, known) -> Constraint:
         raise ValueError(f"rule {rule!r} is not an expression") from None
     for node in ast.walk(tree):
         if not isinstance(node, NODES) or isinstance(node, ast.Constant) and type(node.value) is not int:
-            raise ValueError(f"rule {rule!r}: {ast.unparse(node) if not isinstance(node, NODES) else node.value!r} "
-                             "is not allowed (names, whole numbers, + - * / // %, comparisons, and, or, not)")
+            what = repr(node.value) if isinstance(node, ast.Constant) else (
+                ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__)
+            raise ValueError(f"rule {rule!r}: {what} is not allowed (names, whole numbers, + - * / // %, "
+                             "comparisons, and, or, not)")
         if isinstance(node, ast.Name) and node.id not in known:
             raise ValueError(f"rule {rule!r} names '{node.id}', which is not a parameter (known: {', '.join(known)})")
     return Constraint(rule, raw.get("why", ""), tree)
