@@ -21,9 +21,9 @@ from pathlib import Path
 from common import ROOT
 
 EXERCISES = {"sum/tree": "sum_tree.cu", "sum/first-add": "sum_first_add.cu", "sum/shuffle": "sum_shuffle.cu",
-             "sum/fast": "sum_fast.cu", "linear/cuda-smem": "smem.cu", "linear/cuda-1d": "blocktile1d.cu",
-             "linear/cuda-2d": "blocktile2d.cu", "linear/cuda-tiled": "tiled.cu", "linear/cuda-warptile": "warptile.cu",
-             "linear/cuda-double-buffer": "double_buffer.cu", "lltm/cuda": "lltm_cuda.cu"}
+             "sum/fast": "sum_fast.cu", "linear/cuda-smem": "2_smem.cu", "linear/cuda-1d": "3_1d.cu",
+             "linear/cuda-2d": "4_2d.cu", "linear/cuda-tiled": "5_tiled.cu", "linear/cuda-warptile": "6_warptile.cu",
+             "linear/cuda-double-buffer": "7_double_buffer.cu", "lltm/cuda": "lltm_cuda.cu"}
 CLI = [sys.executable, str(ROOT / "cli.py")]
 
 

@@ -31,7 +31,7 @@ from playground.family import registry
 from playground.run.timing import bench
 
 # The worklog's share of cuBLAS for the step each rung takes (A6000, fp32, 4096^2); its step 2, global-memory
-# coalescing (8.5%), has no rung here (the notes in snippets/linear/smem.cu say why).
+# coalescing (8.5%), has no rung here (the notes in snippets/linear/2_smem.cu say why).
 WORKLOG = {"cuda-naive": 1.3, "cuda-smem": 12.8, "cuda-1d": 36.5, "cuda-2d": 68.7, "cuda-tiled": 78.4,
            "cuda-warptile": 93.7}
 TARGET = 80.0  # the top rung's share of F.linear, % (the median of the runs)

@@ -161,22 +161,25 @@ def code(fam, kind: str, variant: str | None, params: dict, kernel: str | None, 
 
 # ---- the workshop: eject, new, export, start, check, hint, watch, board ------------------------------------
 
-def eject(fam, folder: Path, device: str | None, variant: str | None, params: dict, force: bool, starter: bool):
+def eject(fam, folder: Path, device: str | None, variant: str | None, params: list[str] | dict, force: bool,
+          starter: bool):
+    """`kplay eject`: the chosen variants' files, rendered with their parameters (NAME=VALUE pairs, or parsed)."""
     if variant and variant != "all":
         chosen = [fam.variant(variant)]
     else:
         devices = [device] if device and device != "auto" else fam.devices
         chosen = list({v.name: v for d in devices for v in fam.pick_variants(d, "all")}.values())
-    return scaffold.eject(fam, folder, chosen, params, force, starter=starter)
+    values = params if isinstance(params, dict) else fam.parse_params(params, chosen)
+    return scaffold.eject(fam, folder, chosen, values, force, starter=starter)
 
 
 def new(name: str, folder: Path, force: bool) -> list:
     return scaffold.new(name, folder, force)
 
 
-def export(fam, folder: Path, device: str, variant: str | None, params: dict, force: bool) -> list:
+def export(fam, folder: Path, device: str, variant: str | None, params: list[str], force: bool) -> list:
     v = fam.variant(variant) if variant else fam.pick_variants("cuda" if device == "auto" else device, None)[0]
-    return scaffold.export(fam, folder, v, params, force)
+    return scaffold.export(fam, folder, v, fam.parse_params(params, [v]), force)
 
 
 def start(name: str, folder: Path, params: list[str], force: bool, student: str | None, paths, on_event=None):
@@ -184,7 +187,7 @@ def start(name: str, folder: Path, params: list[str], force: bool, student: str 
     fam_name, variant = (name, None) if Path(name).exists() or "/" not in name else name.rsplit("/", 1)
     fam = registry.find(fam_name, paths)
     v = exercise.pick(fam, variant, gpu=variant is None and has_gpu())
-    return v, exercise.start(fam, v, folder, fam.parse_params(params), force, student)
+    return v, exercise.start(fam, v, folder, fam.parse_params(params, [v]), force, student)
 
 
 def check(folder: Path, device: str, student: str | None, timeout: float, sanitize: bool, pool: Path | None,

@@ -75,7 +75,7 @@ def _cell_run(args: list[str], body: str) -> tuple[list[str], Path]:
         raise UsageError(f"{what or 'a kernel name is missing; '}usage: {CELL_USAGE}")
     fam, variant, values, file, rest = _pick(args[1], args[2:])
     folder = _eject(fam, variant, values)
-    text = engine.render_text(body, values, where=f"the cell ({file})")
+    text = engine.render_text(body, fam.params_for(variant, values), where=f"the cell ({file})")
     (folder / file).write_text("\n" + text)  # line 1 is the %%kplay line: the compiler's line numbers are the cell's
     return ["run", str(folder), "--variant", variant.name, *rest], folder
 
@@ -89,7 +89,7 @@ def _pick(name: str, args: list[str]):
     devices, _ = _take(list(rest), "--device")
     fam = engine.find(name, paths)
     variant = _variant(fam, variants[-1] if variants else None, devices[-1] if devices else "auto")
-    return fam, variant, fam.parse_params(params), _target(fam, variant, files[-1] if files else None), rest
+    return fam, variant, fam.parse_params(params, [variant]), _target(fam, variant, files[-1] if files else None), rest
 
 
 def _load_cell(args: list[str]) -> str:
@@ -99,7 +99,8 @@ def _load_cell(args: list[str]) -> str:
     starter = "--starter" in args
     fam, variant, values, file, rest = _pick(args[0], [a for a in args[1:] if a != "--starter"])
     text = engine.variant_files(fam, variant, values, starter)[file]
-    params = [x for k, v in values.items() if fam.params[k].default != v for x in ("--param", f"{k}={v}")]
+    takes = {**fam.params, **variant.params}
+    params = [x for k, v in values.items() if takes[k].default != v for x in ("--param", f"{k}={v}")]
     chosen = ["--file", file] if file != _target(fam, variant, None) else []
     paths = [x for p in _take(args[1:], "--path")[0] for x in ("--path", p)]  # where the cell finds the family again
     first = [args[0], *paths, "--variant", variant.name, *chosen, *params, *rest]

@@ -210,8 +210,9 @@ def wrong_folder(folder: Path, family: str, entry: dict) -> Path:
         source.write_text(text.replace(old, new))
     toml = folder / "task.toml"
     sections = re.split(r"\n(?=\[)", toml.read_text())  # the header, then one chunk per [table]
-    keep = lambda s: not s.startswith("[variants.") or s.startswith(f"[variants.{variant.name}]")
-    toml.write_text("\n".join(filter(keep, sections)))  # its params stay; the other variants go
+    mine = (f"variants.{variant.name}]", f"variants.{variant.name}.")  # its table, its params and constraints
+    keep = lambda s: not s.lstrip("[").startswith("variants.") or s.lstrip("[").startswith(mine)
+    toml.write_text("\n".join(filter(keep, sections)))  # its params (the family's and its own) stay; the others go
     return folder
 
 

@@ -134,6 +134,14 @@ def test_snippet_lines_fit_120_columns():
     assert not long
 
 
+def test_every_kernel_source_reads_in_one_sitting():
+    """A kernel source (.cpp, .cu, .h, .cuh) is at most 250 lines: a longer one is split where its parts are
+    separate ideas (a header for the helpers, one file per step of a ladder)."""
+    long = [f"{p.relative_to(ROOT)} ({n} lines)" for p in SNIPPETS if p.suffix in (".cpp", ".cu", ".h", ".cuh")
+            for n in [len(p.read_text().splitlines())] if n > 250]
+    assert not long
+
+
 @pytest.mark.nvcc
 def test_show_ptx_and_export_at_80_columns_keep_every_file_name_whole(tmp_path, monkeypatch):
     """A panel is titled by its file (sum_cuda.cpp and sum_tree.cu are told apart), a folder wraps only after a

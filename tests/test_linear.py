@@ -282,14 +282,173 @@ def test_gradient_checks_fail_wrong_backward(bug, names):
     assert bad and {n for n in spec.OUTPUTS if any(m.startswith(n) for m in bad)} == names, bad
 
 
+# The ladder's files and tiles: no GPU and no build needed.
+def test_ls_shows_the_climb_each_step_opening_with_its_idea_and_no_measurements():
+    """`ls` lists the steps in order under their variants' names; each file's first two lines are its one idea
+    (naming its step and variant) and what changed from the step before; figures belong in the README."""
+    steps = sorted(p.name for p in FAMILY.path.glob("[0-9]_*.cu"))
+    assert steps == [f"{k}_{v.removeprefix('cuda-').replace('-', '_')}.cu" for k, v in enumerate(CUDA_VARIANTS, 1)]
+    measured = re.compile(r"H100|H200|A100|A6000|[TG]FLOP|GB/s|\d ?(ms|us|ns)\b|\d\.\d+x\b")
+    for k, (name, variant) in enumerate(zip(steps, CUDA_VARIANTS), 1):
+        lines = (FAMILY.path / name).read_text().splitlines()
+        assert lines[0].startswith(f"// Step {k} of the matmul ladder ({variant}): "), lines[0]
+        assert lines[1].startswith("// From step " if k > 1 else "// ") and len(lines[1]) > 20, lines[1]
+        assert FAMILY.variants[variant].sources[-1] == name
+        head = "\n".join(line for line in lines[:next(i for i, s in enumerate(lines) if not s.startswith("//"))])
+        assert not measured.search(head), (name, measured.search(head))
+
+
+# The three combinations the issue named, in the steps' own params: each a rule's line, exit 2, no build.
+REFUSED = [
+    (["--variant", "cuda-1d", "--param", "block=128", "--param", "thread_m=4"],
+     "linear/cuda-1d cannot take block=128, thread_m=4: at most 1024 threads per block "
+     "(block * block / thread_m = 4,096 > 1024)"),
+    (["--variant", "cuda-2d", "--param", "block_m=256", "--param", "block_n=256", "--param", "block_k=32"],
+     "linear/cuda-2d cannot take block_m=256, block_n=256, block_k=32: the float64 tiles must fit in 48 KB of "
+     "static shared memory ((block_m + block_n) * block_k * 8 = 131,072 > 48 * 1024)"),
+    (["--variant", "cuda-warptile", "--param", "warp_m=128", "--param", "block_m=64"],
+     "linear/cuda-warptile cannot take block_m=64, warp_m=128: a block tile is a whole number of warp tiles "
+     "(block_m % warp_m = 64 != 0)"),
+]
+
+
+@pytest.mark.parametrize("args, says", REFUSED, ids=["1d-threads", "2d-shared-memory", "warptile-warp-tiles"])
+def test_a_combination_a_step_cannot_take_is_one_line_and_exit_2_before_any_build(kplay, monkeypatch, args, says):
+    import time
+
+    from playground.child import spawn as isolate
+    from playground.compiler import build
+
+    def never(*_, **__):
+        raise AssertionError("refused before any build: no child, no compiler")
+
+    monkeypatch.setattr(isolate, "run", never)
+    monkeypatch.setattr(build, "build", never)
+    start = time.perf_counter()
+    result = kplay("run", "linear", *args)
+    assert time.perf_counter() - start < 1
+    assert result.exit_code == 2 and result.stderr.strip() == f"error: {says}", result.output  # one line
+
+
+def test_every_step_takes_its_own_defaults():
+    """Each variant's defaults pass its constraints (task.toml is refused otherwise); no param has a prefix."""
+    for v in FAMILY.variants.values():
+        params = FAMILY.params_for(v, FAMILY.parse_params([], [v]))
+        assert all(rule.holds(params) for rule in v.constraints)
+        assert not any(name.startswith(("wt_", "bt1_", "smem_")) for name in params), params
+    assert FAMILY.params == {}  # every tile belongs to its step
+
+
+def test_with_variant_all_a_param_applies_to_every_step_that_declares_it():
+    """--variant all --param block_m=64: the steps with a block_m take 64, the others keep theirs; a value one of
+    them cannot take, and a name none of them has, are refused in one line."""
+    from playground.core.errors import UsageError
+    from playground.family import request
+
+    req = request.make("linear", device="cuda", variant="all", params=["block_m=64"])
+    built = {v.name: FAMILY.params_for(v, req.params) for v in FAMILY.variants_for("cuda")}
+    assert {n for n, p in built.items() if p.get("block_m") == 64} == {"cuda-2d", "cuda-tiled", "cuda-warptile",
+                                                                     "cuda-double-buffer"}
+    assert built["cuda-1d"] == {"block": 64, "block_k": 8, "thread_m": 8} and built["cuda-smem"] == {"tile": 32}
+    with pytest.raises(UsageError, match=r"--param block_m=32 \(cuda-warptile's\): valid values are 64, 128, 256"):
+        request.make("linear", device="cuda", variant="all", params=["block_m=32"])
+    with pytest.raises(UsageError, match="linear has no parameter 'warp'; valid: tile, block, block_k, thread_m, "):
+        request.make("linear", device="cuda", variant="all", params=["warp=64"])
+    with pytest.raises(UsageError, match=r"--param warp_m: cuda-2d has no such parameter; it is a parameter of "
+                                         r"cuda-warptile, cuda-double-buffer \(pick one with --variant\)"):
+        request.make("linear", device="cuda", variant="cuda-2d", params=["warp_m=64"])
+
+
+def preamble(text: str) -> str:
+    """A step's constants and static_asserts: from its namespace's start to its first kernel or device function."""
+    body = text[text.index("namespace KPLAY_NS {") + len("namespace KPLAY_NS {"):]
+    ends = [body.find("\ntemplate <typename T>\n__global__"), body.find("\n__device__")]
+    return body[:min(i for i in ends if i >= 0)]
+
+
+@pytest.mark.parametrize("variant", [v for v in CUDA_VARIANTS if FAMILY.variants[v].params])
+def test_the_constraints_refuse_exactly_what_the_static_asserts_refuse(variant, tmp_path):
+    """Every combination of the step's choices: its constants and static_asserts (ladder.cuh's WarpTiles too) in a
+    namespace of their own, checked by the C++ compiler with -fsyntax-only (a second or so, no nvcc), against
+    the constraints task.toml states."""
+    import bisect
+    import itertools
+    import os
+    import subprocess
+
+    from playground.family import render
+
+    v = FAMILY.variants[variant]
+    shape = re.search(r"template <int BM, [^>]*>\nstruct WarpTiles \{.*?\n\};\n", (FAMILY.path / "ladder.cuh").read_text(),
+                      re.S).group(0)
+    text = preamble((FAMILY.path / v.sources[-1]).read_text())
+    combos = [dict(zip(v.params, values)) for values in itertools.product(*(p.choices for p in v.params.values()))]
+    combos.append({k: 2 * max(p.choices) for k, p in v.params.items()})  # past every choice: both must refuse it
+    lines, starts = ["#include <cstddef>", "#include <cstdint>"], []
+    for k, combo in enumerate(combos):
+        starts.append(len(lines) + 1)
+        lines += [f"namespace c{k} {{", *shape.splitlines(), *render.render(text, combo).splitlines(), "}"]
+    source = tmp_path / f"{variant}.cpp"
+    source.write_text("\n".join(lines) + "\n")
+    compiled = subprocess.run([os.environ.get("CXX", "c++"), "-std=c++17", "-fsyntax-only", "-fmax-errors=0",
+                               str(source)], capture_output=True, text=True)
+    errors = {int(n) for n in re.findall(rf"^{re.escape(str(source))}:(\d+):\d+: error:", compiled.stderr, re.M)}
+    by_cpp = {bisect.bisect_right(starts, n) - 1 for n in errors}
+    by_rules = {k for k, combo in enumerate(combos) if not all(rule.holds(combo) for rule in v.constraints)}
+    assert len(combos) - 1 in by_cpp, compiled.stderr[:2000]  # the compiler saw the asserts: the test means something
+    assert by_rules == by_cpp, [(combos[k], "C++ only" if k in by_cpp else "rules only") for k in by_rules ^ by_cpp][:5]
+
+
+OLD = "725e0cd"  # the ladder before its files were named as its steps and its tiles were per step
+
+
+@pytest.fixture
+def old_linear(tmp_path):
+    """The family folder as it was before the rename (blocktile1d.cu, wt_block_m, ...), from git."""
+    import io
+    import subprocess
+    import tarfile
+
+    from conftest import ROOT
+
+    try:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", OLD, "snippets/linear"], capture_output=True,
+                                 check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip(f"needs git and the commit {OLD} (a full clone)")
+    tarfile.open(fileobj=io.BytesIO(archive)).extractall(tmp_path, filter="data")
+    return tmp_path / "snippets" / "linear"
+
+
+def test_a_folder_from_before_the_rename_loads_and_renders_its_family_params(old_linear):
+    """Family-level [params.*] still work: wt_block_m reaches warptile.cu, and a copy or an ejected folder of the
+    old ladder keeps its own file names."""
+    from playground.family import render, request
+
+    old = registry.load_family(old_linear)
+    assert "wt_block_m" in old.params and old.variants["cuda-warptile"].sources[-1] == "warptile.cu"
+    req = request.make(str(old_linear), device="cuda", variant="cuda-warptile", params=["wt_block_m=64"])
+    text = render.sources(old, old.variants["cuda-warptile"], req.params)["warptile.cu"]
+    assert "constexpr int BM = 64;" in text
+
+
+@pytest.mark.slow  # a build of linear.cpp of its own (the folder's spec and sources)
+def test_a_folder_ejected_from_before_the_rename_still_runs_and_passes(kplay, old_linear, tmp_path):
+    ejected = tmp_path / "ejected"
+    assert kplay("eject", old_linear, ejected).exit_code == 0
+    assert (ejected / "blocktile1d.cu").exists() and (ejected / "tile_io.cuh").exists()
+    result = kplay("run", ejected, "--device", "cpu", "--batch", 33, "--in", 17, "--out", 9, "--no-bench")
+    assert result.exit_code == 0, result.output
+
+
 # CUDA: the sources compile on any machine with nvcc (no GPU: for sm_90); correctness needs a GPU.
 @pytest.mark.nvcc
 @pytest.mark.parametrize("variant, params", [
     *(pytest.param(v, {}, marks=pytest.mark.slow) for v in CUDA_VARIANTS),  # -m "not slow": test_sum_cuda's nvcc
-    pytest.param("cuda-smem", {"smem_tile": 16}, marks=pytest.mark.slow),
-    pytest.param("cuda-1d", {"bt1_block": 32, "bt1_k": 16, "bt1_rows": 4}, marks=pytest.mark.slow),
+    pytest.param("cuda-smem", {"tile": 16}, marks=pytest.mark.slow),
+    pytest.param("cuda-1d", {"block": 32, "block_k": 16, "thread_m": 4}, marks=pytest.mark.slow),
     pytest.param("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}, marks=pytest.mark.slow),
-    pytest.param("cuda-warptile", {"wt_warp_n": 32, "wt_block_k": 8, "wt_thread_n": 8}, marks=pytest.mark.slow),
+    pytest.param("cuda-warptile", {"warp_n": 32, "block_k": 8, "thread_n": 8}, marks=pytest.mark.slow),
 ], ids=[*(v.removeprefix("cuda-") for v in CUDA_VARIANTS), "smem-16", "1d-32", "tiled-64x64", "warptile-64x32"])
 def test_cuda_sources_compile(variant, params):
     ops = playground.load("linear", variant=variant, device="cuda", params=params)

@@ -168,7 +168,7 @@ def show(name: Annotated[str, typer.Argument(help="A kernel family or the path o
     above its instructions (CUDA is built for the configured GPU arch: no GPU needed).
     """
     fam = engine.find(name, path)
-    params = fam.parse_params(param or [])
+    params = fam.parse_params(param or [], fam.named(variant))
     starter = engine.exercise.is_exercise(fam) and not solution
     kinds = [k for k, on in (("ptx", ptx), ("sass", sass), ("asm", asm)) if on]
     if len(kinds) > 1:
@@ -203,7 +203,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     ([b]kplay run NAME --help[/b] lists them).
     """
     if help_ or name is None:
-        return family_help(ctx, name, path, help_)
+        return family_help(ctx, name, path, help_, variant)
     if against and (no_bench or sanitize):
         raise UsageError(f"--against compares timings: it cannot go with {'--no-bench' if no_bench else '--sanitize'}")
     dev = engine.sanitized_device(sanitize, device.value) if sanitize else device.value
@@ -278,7 +278,7 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
     The family's first baseline (e.g. torch.sum) is profiled beside it. [b]kplay profile sum --variant fast --n 1e8[/b]
     """
     if help_ or name is None:
-        return family_help(ctx, name, path, help_)
+        return family_help(ctx, name, path, help_, variant)
     engine.check_profile_device(device.value)
     req = engine.request(name, device="cuda", variant=variant, dtype=dtype, seed=seed,
                          sizes=engine.split_sizes(ctx.args, size), params=param or [], paths=path, timeout=timeout,
@@ -288,15 +288,16 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
     print(json.dumps(result, indent=2)) if json_ else out.print(engine.profiler.report(result))
 
 
-def family_help(ctx: typer.Context, name: str | None, path, help_: bool) -> None:
-    """The command's help, then (with a NAME) that family's sizes and parameters; no NAME and no --help: an error."""
+def family_help(ctx: typer.Context, name: str | None, path, help_: bool, variant: str | None = None) -> None:
+    """The command's help, then (with a NAME) that family's sizes and parameters (with a --variant, only the
+    parameters that one takes); no NAME and no --help: an error."""
     if not help_:
         raise UsageError(f"kplay {ctx.info_name}: missing the kernel's NAME (kplay list shows them)")
     out.print(ctx.get_help() or "")
     if name is not None:
         fam = engine.find(name, path)
         out.print(f"[b]{fam.name}[/b]'s sizes and parameters:")
-        out.print(report.sizes_table(fam))
+        out.print(report.sizes_table(fam, fam.named(variant) if variant else None))
 
 
 def family_options(ctx: typer.Context) -> frozenset[str]:
@@ -385,7 +386,7 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
     """
     fam = engine.find(name, path)
     target = Path(folder or fam.name)
-    wrote(engine.eject(fam, target, device and device.value, variant, fam.parse_params(param or []), force, starter))
+    wrote(engine.eject(fam, target, device and device.value, variant, param or [], force, starter))
     out.print(f"edit the sources, then: [b]kplay run {as_path(target)}[/b]")
 
 
@@ -406,7 +407,7 @@ def export(name: str, folder: Annotated[str, typer.Argument(help="The package fo
            param: Params = None, force: Force = False, path: Path_ = None):
     """Write a standalone pip-installable package (setup.py with CppExtension/CUDAExtension) for one variant."""
     fam = engine.find(name, path)
-    wrote(engine.export(fam, Path(folder), device.value, variant, fam.parse_params(param or []), force))
+    wrote(engine.export(fam, Path(folder), device.value, variant, param or [], force))
     python = Path(sys.executable)
     out.print("build and test it (one line, to paste):")
     out.print(f"[b]{python} -m pip install --no-build-isolation {folder} pytest && {python} -m pytest {folder}/tests[/b]",

@@ -145,6 +145,7 @@ class VariantResult(Timed):
     variant: str
     note: str
     build: BuildInfo
+    params: dict = field(default_factory=dict)  # its own parameters ([variants.NAME.params]) as built
     check: Check
     stdout: str = ""
     extra: dict = field(default_factory=dict)  # spec.extra verdicts, e.g. gradcheck

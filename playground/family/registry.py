@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import os
@@ -16,6 +17,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ..core.errors import UsageError
+from . import constraints
 
 _HOME = Path(__file__).resolve().parent.parent  # playground/
 # the built-in families: playground/snippets in an installed wheel, the checkout's snippets/ beside playground/
@@ -43,7 +45,7 @@ FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "d
 FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
-                "includes": "a list of strings", "math": "a string"}
+                "includes": "a list of strings", "math": "a string", "params": "a table", "constraints": "a list of tables"}
 MATH = ("tf32",)  # a variant's arithmetic where it is not its dtype's: spec.py's tolerance(..., math=) bounds it
 SIZE_KEYS = {"default": "an integer", "max": "an integer", "help": "a string"}
 PARAM_KEYS = {"default": "an integer or a string", "choices": "a list", "min": "an integer", "max": "an integer",
@@ -80,9 +82,10 @@ class Param:
     max: int | None = None
     help: str = ""
 
-    def parse(self, text: str) -> int | str:
-        """Validate a value given on the command line."""
+    def parse(self, text: str, owner: str = "") -> int | str:
+        """Validate a value given on the command line; owner: the variant whose parameter it is, if not the family's."""
         value: int | str = text
+        of = f" ({owner}'s)" if owner else ""
         if isinstance(self.default, int):
             try:
                 value = int(text)
@@ -90,9 +93,9 @@ class Param:
                 raise UsageError(f"--param {self.name}={text}: expected an integer") from None
         if self.choices and value not in self.choices:
             valid = ", ".join(map(str, self.choices))
-            raise UsageError(f"--param {self.name}={text}: valid values are {valid}")
+            raise UsageError(f"--param {self.name}={text}{of}: valid values are {valid}")
         if self.min is not None and value < self.min or self.max is not None and value > self.max:
-            raise UsageError(f"--param {self.name}={text}: must be in [{self.min}, {self.max}]")
+            raise UsageError(f"--param {self.name}={text}{of}: must be in [{self.min}, {self.max}]")
         return value
 
 
@@ -108,6 +111,8 @@ class Variant:
     libraries: tuple[str, ...] = ()  # NVIDIA libraries torch links, e.g. cublasLt: headers and linking found for you
     includes: tuple[str, ...] = ()  # headers in the family's folder that the sources #include (hashed, -I folder)
     math: str = ""  # "tf32": float32 inputs rounded to TF32 on the tensor cores; the check's tolerance says so
+    params: dict = field(default_factory=dict)  # name -> Param: its own, [variants.NAME.params], beside the family's
+    constraints: tuple = ()  # constraints.Constraint: rules its parameters obey, checked before any build
 
     def runs_on(self, device: str) -> bool:
         return self.device in (device, "any")
@@ -172,21 +177,50 @@ class Family:
         building a source needs no GPU); else the device's by pick_variants ('all', or the default)."""
         return [self.variant(name)] if name and name != "all" else self.pick_variants(device, name)
 
-    def parse_params(self, pairs: list[str]) -> dict[str, int | str]:
-        """Turn ['threads=512'] into the full parameter dict, defaults filled in."""
+    def named(self, name: str | None) -> list[Variant]:
+        """The variants a --variant names whatever their device: one, or all of them ('all' or none named)."""
+        return [self.variant(name)] if name and name != "all" else list(self.variants.values())
+
+    def parse_params(self, pairs: list[str], variants: list[Variant] | None = None) -> dict[str, int | str]:
+        """Turn ['threads=512'] into the family's parameters, defaults filled in, plus the variants' own that
+        are given. A variant's own applies to every one of `variants` (default: all) that declares it, and each
+        must take the value; none declaring it is an error. params_for gives one variant's full set."""
         values = {p.name: p.default for p in self.params.values()}
+        among = list(self.variants.values()) if variants is None else variants
         for pair in pairs:
             key, sep, text = pair.partition("=")
             if not sep:
                 raise UsageError(f"--param {pair}: expected NAME=VALUE")
-            if key not in self.params:
-                valid = ", ".join(self.params) or "none"
-                raise UsageError(f"{self.name} has no parameter '{key}'; valid: {valid}")
-            values[key] = self.params[key].parse(text)
+            if key in self.params:
+                values[key] = self.params[key].parse(text)
+                continue
+            takers = [v for v in among if key in v.params]
+            if not takers:
+                raise UsageError(self._not_taken(key, among))
+            values[key] = [v.params[key].parse(text, v.name) for v in takers][0]
         return values
 
+    def _not_taken(self, key: str, among: list[Variant]) -> str:
+        """Why no chosen variant takes --param KEY: no such parameter, or only other variants have it."""
+        owners = [v.name for v in self.variants.values() if key in v.params]
+        if not owners:
+            known = dict.fromkeys([*self.params, *(k for v in among for k in v.params)])
+            return f"{self.name} has no parameter '{key}'; valid: {', '.join(known) or 'none'}"
+        chosen = ", ".join(v.name for v in among)
+        return (f"--param {key}: {chosen} {'has' if len(among) == 1 else 'have'} no such parameter; it is a "
+                f"parameter of {', '.join(owners)} (pick one with --variant)")
 
-def _variant(name: str, raw: dict, path: Path, shared: tuple = ()) -> Variant:
+    def params_for(self, variant: Variant, values: dict) -> dict[str, int | str]:
+        """What the variant's sources are rendered with: the family's parameters and its own, `values` in place of
+        the defaults. A combination that breaks one of its constraints is refused here, before any build."""
+        params = {k: values.get(k, p.default) for k, p in {**self.params, **variant.params}.items()}
+        for rule in variant.constraints:
+            if not rule.holds(params):
+                raise UsageError(f"{self.name}/{variant.name} cannot take {rule.refusal(params)}")
+        return params
+
+
+def _variant(name: str, raw: dict, path: Path, shared: tuple = (), family_params: dict | None = None) -> Variant:
     check_keys(f"[variants.{name}] ", raw, VARIANT_KEYS)
     if raw.get("device", "cpu") not in (*DEVICES, "any"):
         raise ValueError(f"[variants.{name}] device = {json.dumps(raw['device'])}: expected cpu, cuda or any")
@@ -203,17 +237,40 @@ def _variant(name: str, raw: dict, path: Path, shared: tuple = ()) -> Variant:
         libraries=tuple(raw.get("libraries", ())),
         includes=tuple(dict.fromkeys([*shared, *raw.get("includes", ())])),
         math=raw.get("math", ""),
+        params=_params(raw.get("params", {}), f"variants.{name}.params"),
     )
     _files_exist(path, variant)
-    return variant
+    return _constrained(variant, raw.get("constraints", []), family_params or {})
 
 
-def _variants(raw: dict, path: Path, shared: tuple) -> dict[str, Variant]:
-    """[variants.NAME] tables; shared: the family-level includes, which every variant gets."""
+def _constrained(variant: Variant, raw: list, family_params: dict) -> Variant:
+    """The variant with its constraints, each rule parsed; a name taken twice, a rule naming no whole-number
+    parameter or one the defaults break is an error in task.toml."""
+    where = f"[variants.{variant.name}]"
+    for k in variant.params:
+        if k in family_params:
+            raise ValueError(f"{where} params.{k}: the family's [params.{k}] has that name already")
+    taken = {**family_params, **variant.params}
+    numbers = [k for k, p in taken.items() if isinstance(p.default, int)]
+    rules = []
+    for k, table in enumerate(raw, 1):
+        check_keys(f"{where} constraints #{k}: ", table, constraints.KEYS)
+        if "rule" not in table:
+            raise ValueError(f'{where} constraints #{k}: no rule, e.g. {{ rule = "a * b <= 1024", why = "..." }}')
+        rules.append(constraints.parse(table, numbers))
+    defaults = {k: p.default for k, p in taken.items()}
+    for rule in rules:
+        if not rule.holds(defaults):
+            raise ValueError(f"{where} constraints: the defaults break one, {rule.refusal(defaults)}")
+    return dataclasses.replace(variant, constraints=tuple(rules))
+
+
+def _variants(raw: dict, path: Path, shared: tuple, params: dict) -> dict[str, Variant]:
+    """[variants.NAME] tables; shared: the family-level includes, which every variant gets; params: the family's."""
     for k, v in raw.items():
         if not isinstance(v, dict):
             raise ValueError(f"variants.{k}: expected a table, e.g. [variants.{k}] with device and sources")
-    return {k: _variant(k, v, path, shared) for k, v in raw.items()}
+    return {k: _variant(k, v, path, shared, params) for k, v in raw.items()}
 
 
 def _files_exist(path: Path, variant: Variant) -> None:
@@ -265,11 +322,12 @@ def _values(raw: dict, sizes: dict) -> dict:
     return dict(raw)
 
 
-def _params(raw: dict) -> dict[str, Param]:
+def _params(raw: dict, table: str = "params") -> dict[str, Param]:
+    """[params.NAME] tables (table: where they are, e.g. variants.cuda-2d.params)."""
     for k, v in raw.items():
         if not isinstance(v, dict) or "default" not in v:
-            raise ValueError(f"[params.{k}]: a table with a default, e.g. default = 256")
-        check_keys(f"[params.{k}] ", v, PARAM_KEYS)
+            raise ValueError(f"[{table}.{k}]: a table with a default, e.g. default = 256")
+        check_keys(f"[{table}.{k}] ", v, PARAM_KEYS)
     return {k: Param(name=k, **{**v, "choices": tuple(v.get("choices", ()))}) for k, v in raw.items()}
 
 
@@ -308,7 +366,8 @@ def _family(path: Path, raw: dict) -> Family:
     for dtype in raw.get("grade_dtypes", ()):
         if dtype not in dtypes:
             raise ValueError(f"grade_dtypes: '{dtype}' is not one of the dtypes ({', '.join(dtypes)})")
-    variants = _variants(raw.get("variants", {}), path, tuple(raw.get("includes", ())))
+    params = _params(raw.get("params", {}))
+    variants = _variants(raw.get("variants", {}), path, tuple(raw.get("includes", ())), params)
     default = raw.get("default_variant", "")
     if default not in ("", "all", *variants):
         raise ValueError(f"default_variant = {json.dumps(default)}: not a variant; {did_you_mean(default, ['all', *variants])}")
@@ -323,7 +382,7 @@ def _family(path: Path, raw: dict) -> Family:
         size_max=size_max,
         values=_values(raw.get("values", {}), sizes),
         test_sizes=_test_sizes(raw.get("test_sizes", []), sizes),
-        params=_params(raw.get("params", {})),
+        params=params,
         variants=variants,
         bench=_bench(raw.get("bench", True), sizes),
         default_variant=default,

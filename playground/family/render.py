@@ -26,7 +26,9 @@ def render(text: str, params: dict, where: str = "source") -> str:
 
 
 def sources(family: Family, variant: Variant, params: dict) -> dict[str, str]:
-    """The variant's rendered sources, by file name."""
+    """The variant's rendered sources, by file name: its own parameters' defaults filled in, a combination its
+    constraints refuse refused (Family.params_for)."""
+    params = family.params_for(variant, params)
     out = {}
     for name in variant.sources:
         path = family.path / name

@@ -38,7 +38,7 @@ class Request:
     dtype: str = "float32"
     seed: int = 0
     sizes: dict = field(default_factory=dict)  # every size (ints), plus "values" where the family declares it
-    params: dict = field(default_factory=dict)  # every template parameter, defaults filled in
+    params: dict = field(default_factory=dict)  # the family's parameters (defaults filled in), the variants' own given
     bench: bool = True  # time it (false: check only)
     baselines: tuple[str, ...] = ()  # only these baselines (empty: all of the family's)
     skip_baselines: tuple[str, ...] = ()
@@ -90,16 +90,28 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
     shadowing = "" if registry.is_path(name) else registry.shadowing(fam)  # a folder named outright shadows nothing
     warnings = [w for w in [shadowing] if w] + warnings
     pairs = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else list(params or [])
-    if device != "auto":
-        fam.pick_variants(device, variant)
+    chosen = candidates(fam, device, variant)
+    values = fam.parse_params(pairs, chosen)
+    for v in chosen:  # a combination a variant's constraints refuse: one line now, not a compiler's error later
+        fam.params_for(v, values)
     if not 0 < timeout <= MAX_TIMEOUT_S:
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0, at most {MAX_TIMEOUT_S:,} (a day)")
     if not 0 <= seed <= MAX_SEED:
         raise UsageError(f"--seed {seed}: give a whole number from 0 to 2^62")
     _baselines(fam, baselines, skip_baselines)
-    return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, fam.parse_params(pairs), bench,
+    return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, values, bench,
                    tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings),
                    tuple(p.partition("=")[0] for p in pairs), lineinfo, mode)
+
+
+def candidates(fam: registry.Family, device: str, variant: str | None) -> list[registry.Variant]:
+    """The variants the run may choose, known before torch says whether there is a GPU: with device auto, a
+    variant by name, every one for 'all', and each device's default for none."""
+    if device != "auto":
+        return fam.pick_variants(device, variant)
+    if variant:
+        return fam.named(variant)
+    return list({v.name: v for d in fam.devices for v in fam.pick_variants(d, None)}.values())
 
 
 def _baselines(fam: registry.Family, chosen, skipped) -> None:

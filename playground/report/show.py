@@ -31,7 +31,7 @@ def path_lines(head: str, path: str, width: int) -> str:
 def source(fam, chosen: list[tuple], width: int) -> Group:
     """The note, the sizes and parameters, then each chosen variant's files (chosen: (variant, {file: text}))."""
     parts = [Text.from_markup(f"[b]{escape(fam.name)}[/b]: {escape(fam.summary)}"),  # a panel's title would be cut
-             Panel(Markdown(fam.note.strip() or fam.summary)), sizes_table(fam),
+             Panel(Markdown(fam.note.strip() or fam.summary)), sizes_table(fam, [v for v, _ in chosen]),
              Text(path_lines("files in ", str(fam.path), width))]
     for v, files in chosen:
         parts.append(Text.from_markup(f"[b]{escape(v.name)}[/b] ({v.device}): {escape(v.note)}"))

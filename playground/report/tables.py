@@ -240,8 +240,18 @@ def _title(r: dict) -> list[Text]:
     """The run in one line (sizes, device, dtype, seed), the parameters in play on a second."""
     sizes = " ".join(f"{k}={v:,}" for k, v in r["sizes"].items() if isinstance(v, int))
     head = Text.from_markup(f"[b]{r['family']}[/b] · {r['device']} · {r['dtype']} · {sizes} · seed {r['seed']}")
-    params = " ".join(f"{k}={v}" for k, v in r["params"].items())
+    params = " · ".join(filter(None, [_pairs(r["params"]), *_own_params(r["variants"])]))
     return [head] + ([Text(f"params: {params}", style="dim")] if params else [])
+
+
+def _pairs(params: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _own_params(variants: list[dict]) -> list[str]:
+    """Each variant's own parameters: as they are for a run of one variant, each named after its variant for more."""
+    own = [(v["variant"], v.get("params") or {}) for v in variants]
+    return [_pairs(p) if len(variants) == 1 else f"{name}: {_pairs(p)}" for name, p in own if p]
 
 
 def _notes(r: dict) -> list:
@@ -351,8 +361,9 @@ def family_table(families: list[dict]) -> Table:
     return table
 
 
-def sizes_table(fam) -> Table:
-    """A family's sizes and parameters: the options `kplay run NAME` takes beyond the common ones."""
+def sizes_table(fam, variants=None) -> Table:
+    """A family's sizes and parameters: the options `kplay run NAME` takes beyond the common ones; its variants'
+    own parameters too, those of `variants` (default: all), one row for a parameter declared alike in several."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for col in ("option", "default", "what"):
         table.add_column(col, no_wrap=col != "what")
@@ -361,10 +372,20 @@ def sizes_table(fam) -> Table:
         table.add_row(f"--{name}", f"{default:,}", fam.size_help.get(name, "") + most)
     if fam.values:
         table.add_row("--values", "", fam.values.get("help", f"the input itself; its length sets --{fam.values['size']}"))
-    for p in fam.params.values():
+    for p, owners in [*((p, []) for p in fam.params.values()), *_own_param_rows(fam, variants)]:
         valid = ", ".join(map(str, p.choices)) if p.choices else f"{p.min}..{p.max}" if p.min is not None else ""
-        table.add_row(f"--param {p.name}=", str(p.default), p.help + (f" ({valid})" if valid else ""))
+        whose = f"{', '.join(owners)}: " if owners else ""
+        table.add_row(f"--param {p.name}=", str(p.default), whose + p.help + (f" ({valid})" if valid else ""))
     return table
+
+
+def _own_param_rows(fam, variants=None) -> list[tuple]:
+    """(Param, [variant names]) for the variants' own parameters, alike ones merged, in the order they come."""
+    rows: dict = {}
+    for v in variants if variants is not None else fam.variants.values():
+        for p in v.params.values():
+            rows.setdefault(p, []).append(v.name)
+    return list(rows.items())
 
 
 def checks_table(rows: list[tuple[str, bool, str]]) -> Table:

@@ -65,8 +65,9 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     waiting = lambda: on_event(events.WAIT, device=key)  # noqa: E731
     with lease.held(key, exclusive=False, on_wait=waiting) as waited_first:
         built = build_all(fam, chosen, req.params, on_event)
-        used = {k: v for k, v in req.params.items() if any(render.uses(fam, c, k) for c in chosen)}
-        unused = [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in used]
+        used = {k: v for k, v in req.params.items() if k in fam.params and any(render.uses(fam, c, k) for c in chosen)}
+        taken = {*used, *(k for c in chosen for k in c.params)}  # a variant's own: in its VariantResult
+        unused = [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in taken]
         result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
                            warnings=[*req.warnings, *unused])
         dtype = getattr(torch, req.dtype)
@@ -94,8 +95,9 @@ def _check_all(spec, fam, req, result: RunResult, built: dict, main, dtype, on_e
         v = fam.variants[name]
         check, stdout, extra = check_variant(spec, fam, req, ops, name, main, dtype, result.device, on_event)
         kernels = resources.for_dtype(resources.of_build(info.name, arch), req.dtype)
-        result.variants.append(VariantResult(variant=name, note=v.note, build=info, check=check, stdout=stdout,
-                                             extra=extra, kernels=kernels))
+        own = {k: x for k, x in fam.params_for(v, req.params).items() if k in v.params}
+        result.variants.append(VariantResult(variant=name, note=v.note, params=own, build=info, check=check,
+                                             stdout=stdout, extra=extra, kernels=kernels))
 
 
 def _neighbours(result: RunResult, seen: neighbours.Seen) -> None:

@@ -1,4 +1,4 @@
-// Custom linear layer on the GPU: the C++ binding every rung of the matmul ladder shares.
+// Custom linear layer on the GPU: the C++ binding every step of the matmul ladder shares.
 // y = x W^T + b with W shaped (out_features, in_features) as in torch.nn.Linear.
 // Written against the stable ABI (torch/csrc/stable): it builds in about a second, and the kernels live
 // in a .cu file that includes only cuda_runtime.h, so nvcc never parses torch's headers.
@@ -18,7 +18,7 @@
 
 namespace KPLAY_NS {
 
-// Defined by the rung's .cu file (launch.cuh): C[m][n] = sum_k A[m][k] B[n][k] (+ bias[n]), every operand
+// Defined by the step's .cu file (ladder.cuh): C[m][n] = sum_k A[m][k] B[n][k] (+ bias[n]), every operand
 // row-major and contiguous along k, with row strides lda, ldb, ldc. Returns nullptr on success, else the
 // CUDA error string.
 const char* launch_matmul_nt(const float* A, int64_t lda, const float* B, int64_t ldb, const float* bias, float* C,

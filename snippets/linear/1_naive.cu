@@ -1,17 +1,15 @@
-// Naive matmul for the linear layer: one thread per output element.
+// Step 1 of the matmul ladder (cuda-naive): one thread per output element, every operand from global memory.
+// The start: nothing is reused, so each multiply-add waits on two global loads.
+//
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
-#include <cuda_runtime.h>
-
-#include <cstdint>
+#include "ladder.cuh"  // launch_matmul_nt, tile_grid, launch_error
 
 namespace KPLAY_NS {
-
-#include "launch.cuh"  // tile_grid, launch_error
 
 // threadIdx.x runs along n, so a warp writes 32 neighbouring outputs (coalesced) and shares one row
 // of A (a broadcast); but its 32 reads of B come from 32 different rows, every element is read from
 // global memory (or L1) once per output that needs it, and each multiply-add waits on two loads.
-// cuda-smem fixes exactly this.
+// Step 2 (cuda-smem) fixes exactly this.
 template <typename T>
 __global__ void matmul_nt_naive(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
                                 const T* __restrict__ B, int64_t ldb,  // (N, K), row stride ldb

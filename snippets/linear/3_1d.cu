@@ -1,25 +1,22 @@
-// Rung 3 of the matmul ladder: 1-D blocktiling, a column of ROWS outputs per thread.
-// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
+// Step 3 of the matmul ladder (cuda-1d): 1-D blocktiling, a column of TM outputs per thread.
+// From step 2: each B value read from shared memory feeds TM multiply-adds, and a block's tiles grow to BLOCK.
 //
-// The one idea: a thread computes ROWS outputs of one column of C, not one. For each k it reads one value
-// of the B tile into a register and reuses it for its ROWS multiply-adds, reading the ROWS values of the
-// A tile beside it: shared-memory loads per multiply-add fall from 2 (cuda-smem) to (ROWS + 1) / ROWS,
-// 1.125 at ROWS = 8. With BLOCK x BLOCK outputs per block and BLOCK^2 / ROWS threads, the block's tiles
-// are also bigger than cuda-smem's for as many threads: global loads per multiply-add fall to 2 / BLOCK.
-#include <cuda_runtime.h>
-
-#include <cstdint>
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. A thread computes TM
+// outputs of one column of C, not one. For each k it reads one value of the B tile into a register and
+// reuses it for its TM multiply-adds, reading the TM values of the A tile beside it: shared-memory loads
+// per multiply-add fall from 2 (step 2) to (TM + 1) / TM, 1.125 at TM = 8. With BLOCK x BLOCK outputs per
+// block and BLOCK^2 / TM threads, the block's tiles are also bigger than step 2's for as many threads:
+// global loads per multiply-add fall to 2 / BLOCK.
+#include "ladder.cuh"  // launch_matmul_nt, tile_grid, launch_error, copy_tile
 
 namespace KPLAY_NS {
 
-#include "launch.cuh"  // tile_grid, launch_error
-
-constexpr int BM = {{bt1_block}};  // rows of C per block
-constexpr int BN = {{bt1_block}};  // columns of C per block
-constexpr int BK = {{bt1_k}};      // k per shared-memory step
-constexpr int TM = {{bt1_rows}};   // rows of C per thread, in one column
+constexpr int BM = {{block}};     // rows of C per block
+constexpr int BN = {{block}};     // columns of C per block
+constexpr int BK = {{block_k}};   // k per shared-memory step
+constexpr int TM = {{thread_m}};  // rows of C per thread, in one column
 constexpr int THREADS = BM * BN / TM;
-static_assert(THREADS <= 1024, "bt1_block^2 / bt1_rows threads: at most 1024 per block");
+static_assert(THREADS <= 1024, "block^2 / thread_m threads: at most 1024 per block");
 static_assert(BM % TM == 0 && BN >= 32, "a warp shares its rows: 32 or more columns per block");
 static_assert((BM + BN) * BK * sizeof(double) <= 48 * 1024,
               "the float64 tiles exceed the 48 KB of static shared memory a block may have");
@@ -31,7 +28,7 @@ matmul_nt_1d(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
              const T* __restrict__ bias,            // (N,) or nullptr
              T* __restrict__ C, int64_t ldc,        // (M, N), row stride ldc
              int64_t M, int64_t N, int64_t K) {
-  // k-major tiles (As[k][m]): for one k, a thread's ROWS values of A are neighbours, and a warp's 32
+  // k-major tiles (As[k][m]): for one k, a thread's TM values of A are neighbours, and a warp's 32
   // values of B (one per column) are too.
   __shared__ T As[BK][BM];
   __shared__ T Bs[BK][BN];
@@ -41,15 +38,8 @@ matmul_nt_1d(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
 
   T acc[TM] = {};
   for (int64_t k0 = 0; k0 < K; k0 += BK) {
-    // Copy: neighbouring threads read neighbouring k of one row (BK of them), then the next row.
-    for (int i = threadIdx.x; i < BM * BK; i += THREADS) {
-      const int r = i / BK, c = i % BK;
-      As[c][r] = (m0 + r < M && k0 + c < K) ? A[(m0 + r) * lda + k0 + c] : T(0);
-    }
-    for (int i = threadIdx.x; i < BN * BK; i += THREADS) {
-      const int r = i / BK, c = i % BK;
-      Bs[c][r] = (n0 + r < N && k0 + c < K) ? B[(n0 + r) * ldb + k0 + c] : T(0);
-    }
+    copy_tile<BM, BK, THREADS>(A, lda, m0, k0, M, K, As);  // ladder.cuh: one value per thread per turn
+    copy_tile<BN, BK, THREADS>(B, ldb, n0, k0, N, K, Bs);
     __syncthreads();  // the tiles are complete
 
     // kplay:todo For each k: b = Bs[k][tx] in a register, then acc[i] += As[k][ty * TM + i] * b for i < TM.

@@ -1,24 +1,21 @@
-// Rung 2 of the matmul ladder: shared-memory tiles, one output per thread.
-// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
+// Step 2 of the matmul ladder (cuda-smem): tiles through shared memory, each value copied once, read TILE times.
+// From step 1: the block copies a TILE x TILE slice of A and of B to shared memory, then multiplies from there.
 //
-// The one idea: a block of TILE x TILE threads computes a TILE x TILE tile of C. It walks k in steps of
-// TILE: the block copies a TILE x TILE slice of A and one of B into shared memory (each thread one
-// value of each), then every thread reads its row of the A slice and its row of the B slice from there.
-// Each value copied is read TILE times from shared memory: global loads per multiply-add fall from 2
-// (naive) to 2 / TILE, 1/16 at TILE = 32. Two values are still read from shared memory per multiply-add.
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. A block of TILE x TILE
+// threads computes a TILE x TILE tile of C. It walks k in steps of TILE: the block copies a TILE x TILE slice
+// of A and one of B into shared memory (each thread one value of each), then every thread reads its row of
+// the A slice and its row of the B slice from there. Each value copied is read TILE times from shared
+// memory: global loads per multiply-add fall from 2 (step 1) to 2 / TILE, 1/16 at TILE = 32. Two values are
+// still read from shared memory per multiply-add.
 //
 // (The literature's step before this one, "global memory coalescing", has no equivalent here: in
 // y = x W^T both operands run contiguously along k, so the naive kernel's warp already writes 32
 // neighbouring outputs and shares one row of A; the copy below reads TILE consecutive k of a row.)
-#include <cuda_runtime.h>
-
-#include <cstdint>
+#include "ladder.cuh"  // launch_matmul_nt, tile_grid, launch_error
 
 namespace KPLAY_NS {
 
-#include "launch.cuh"  // tile_grid, launch_error
-
-constexpr int TILE = {{smem_tile}};  // the block is TILE x TILE threads, and so is each tile
+constexpr int TILE = {{tile}};  // the block is TILE x TILE threads, and so is each tile
 static_assert(TILE == 8 || TILE == 16 || TILE == 32, "TILE x TILE threads: 64, 256 or 1024");
 
 template <typename T>

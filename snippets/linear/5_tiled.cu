@@ -1,26 +1,20 @@
-// Rung 5 of the matmul ladder: cuda-2d with 16-byte loads ("vectorize" in the literature).
-// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
+// Step 5 of the matmul ladder (cuda-tiled): 16 bytes per instruction, without bank conflicts ("vectorize").
+// From step 4: float4 global loads and stores, and a padded tile layout whose reads take no turns.
 //
-// A block computes a BM x BN tile of C. It walks k in steps of BK: the block copies a BM x BK slice
-// of A and a BN x BK slice of B into shared memory (coalesced, 16-byte loads), then each thread
-// multiplies them into its own TM x TN block of C, kept in registers. Per step of k a thread reads
-// TM + TN values from shared memory and does TM * TN multiply-adds, as in cuda-2d.
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. A block computes a
+// BM x BN tile of C. It walks k in steps of BK: the block copies a BM x BK slice of A and a BN x BK slice of
+// B into shared memory (coalesced, 16-byte loads), then each thread multiplies them into its own TM x TN
+// block of C, kept in registers. Per step of k a thread reads TM + TN values from shared memory and does
+// TM * TN multiply-adds, as in step 4.
 //
-// The one idea: move 16 bytes per instruction, without bank conflicts. Global loads and stores are
-// float4 (where a row is aligned): a quarter of cuda-2d's global memory instructions. The tiles are
-// k-major and padded, and a thread owns groups of 4 rows and columns spaced apart (own_row, own_col), so
-// that the 16 threads of a warp that share a row of the B tile read 16 consecutive 4-vectors of it, each
-// bank once. (cuda-2d's shared-memory reads are 16-byte too, made so by the compiler; its layout is what
-// makes them collide.)
-#include <cuda_runtime.h>
-
-#include <cstdint>
-#include <type_traits>
+// Global loads and stores are float4 (where a row is aligned): a quarter of step 4's global memory
+// instructions. The tiles are k-major and padded, and a thread owns groups of 4 rows and columns spaced
+// apart (own_row, own_col), so that the 16 threads of a warp that share a row of the B tile read 16
+// consecutive 4-vectors of it, each bank once. (Step 4's shared-memory reads are 16-byte too, made so by
+// the compiler; its layout is what makes them collide.)
+#include "ladder.cuh"  // launch_matmul_nt, launch_tiles, load4, copy4, store4
 
 namespace KPLAY_NS {
-
-#include "launch.cuh"   // tile_grid, launch_error
-#include "tile_io.cuh"  // load4, copy4, store4, rows_aligned
 
 constexpr int BM = {{block_m}};   // rows of C per block
 constexpr int BN = {{block_n}};   // columns of C per block
@@ -120,16 +114,7 @@ matmul_nt_tiled(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
 template <typename T>
 const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, cudaStream_t stream) {
-  if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
-  // int indices, and k0 + BK, n + 3 past the last tile: a margin below 2^31 keeps them from overflowing
-  constexpr int64_t kMax = INT32_MAX - 1024;
-  if (M > kMax || N > kMax || K > kMax) return "linear: a dimension exceeds 2^31 - 1025";
-  dim3 blocks;
-  if (const char* err = tile_grid(M, N, BM, BN, blocks)) return err;
-  matmul_nt_tiled<T><<<blocks, THREADS, 0, stream>>>(
-      A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K), rows_aligned(A, lda), rows_aligned(B, ldb),
-      rows_aligned(C, ldc));
-  return launch_error();
+  return launch_tiles<BM, BN>(matmul_nt_tiled<T>, THREADS, 0, A, lda, B, ldb, bias, C, ldc, M, N, K, stream);
 }
 
 }  // namespace KPLAY_NS

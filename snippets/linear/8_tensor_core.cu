@@ -1,29 +1,24 @@
-// Rung 8 of the matmul ladder: the tensor cores, float32 inputs as TF32.
-// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
+// Step 8 of the matmul ladder (cuda-tensor-core): the tensor cores, which multiply whole tiles per instruction.
+// From step 7: wmma fragments in place of the CUDA cores' FMAs, float32 inputs rounded to TF32 (other arithmetic).
 //
-// Why the float32 ladder stops near cuBLAS: every rung before this one multiplies on the CUDA cores, one
-// FMA per lane per instruction, 128 per SM per clock (66.9 TFLOP/s on an H200), and cuBLAS in float32
-// runs at about three quarters of that. The one idea here: the tensor cores, which multiply whole tiles.
-// One warp-wide wmma::mma_sync on a 16 x 16 x 8 fragment does 2,048 FMAs. They take float32 only as TF32:
-// each input rounded to 10 of float32's 23 mantissa bits (wmma::__float_to_tf32, to nearest), the
-// products added in float32. That is other arithmetic, off by about 2^-11 of each product: the check's
-// tolerance says so (task.toml's math = "tf32", spec.py), and the fair reference is cuBLAS with TF32
-// allowed (benchmarks/linear_gpu.py times both). float64 takes the tensor cores' FP64 path (8 x 8 x 4
-// fragments): float64 FMAs, the sum in another order. Compute capability 8.0 (Ampere) or newer.
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. Every step before this
+// one multiplies on the CUDA cores, one FMA per lane per instruction, and cuBLAS in float32 runs there too,
+// below their peak: the ladder stops near it. One warp-wide wmma::mma_sync on a 16 x 16 x 8 fragment does
+// 2,048 FMAs. The tensor cores take float32 only as TF32: each input rounded to 10 of float32's 23 mantissa
+// bits (wmma::__float_to_tf32, to nearest), the products added in float32. That is other arithmetic, off by
+// about 2^-11 of each product: the check's tolerance says so (task.toml's math = "tf32", spec.py), and the
+// fair reference is cuBLAS with TF32 allowed (benchmarks/linear_gpu.py times both). float64 takes the tensor
+// cores' FP64 path (8 x 8 x 4 fragments): float64 FMAs, the sum in another order. Compute capability 8.0
+// (Ampere) or newer.
 //
 // A block of 8 warps computes a 128 x 128 tile of C, each warp a 64 x 32 piece of it as a grid of
-// accumulator fragments in registers. The block walks k through shared memory as cuda-tiled does, but the
+// accumulator fragments in registers. The block walks k through shared memory as step 5 does, but the
 // tiles are stored row by row ([row][k]), the layout wmma's fragment loads read.
-#include <cuda_runtime.h>
+#include "ladder.cuh"  // launch_matmul_nt, tile_grid, launch_error, load4, rows_aligned
+
 #include <mma.h>
 
-#include <cstdint>
-#include <type_traits>
-
 namespace KPLAY_NS {
-
-#include "launch.cuh"   // tile_grid, launch_error
-#include "tile_io.cuh"  // load4, rows_aligned
 
 namespace wmma = nvcuda::wmma;
 

@@ -1,21 +1,17 @@
-// Rung 4 of the matmul ladder: 2-D blocktiling, a TM x TN block of outputs per thread, scalar loads.
-// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W.
+// Step 4 of the matmul ladder (cuda-2d): 2-D blocktiling, a TM x TN block of outputs per thread, scalar loads.
+// From step 3: a thread's outputs span rows and columns, so TM + TN shared loads feed TM * TN multiply-adds.
 //
-// The one idea: a thread computes a TM x TN block of C in registers. For each k it reads TM values of the
-// A tile and TN of the B tile into registers and makes all TM * TN products of them (an outer product):
-// shared-memory loads per multiply-add fall from (TM + 1) / TM (cuda-1d) to (TM + TN) / (TM * TN), 1/4 at
-// 8 x 8. The block's 128 x 128 tile of C with 256 threads also halves global loads per multiply-add
-// against cuda-1d's 64 x 64: 2 / 128.
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. A thread computes a
+// TM x TN block of C in registers. For each k it reads TM values of the A tile and TN of the B tile into
+// registers and makes all TM * TN products of them (an outer product): shared-memory loads per multiply-add
+// fall from (TM + 1) / TM (step 3) to (TM + TN) / (TM * TN), 1/4 at 8 x 8. The block's 128 x 128 tile of C
+// with 256 threads also halves global loads per multiply-add against step 3's 64 x 64: 2 / 128.
 //
-// What it leaves for cuda-tiled: every global load and store moves 4 bytes, and the threads of a warp, TN
+// What it leaves for step 5: every global load and store moves 4 bytes, and the threads of a warp, TN
 // columns apart, read a B tile row through the same banks (a conflict: their reads take turns).
-#include <cuda_runtime.h>
-
-#include <cstdint>
+#include "ladder.cuh"  // launch_matmul_nt, tile_grid, launch_error, copy_tile
 
 namespace KPLAY_NS {
-
-#include "launch.cuh"  // tile_grid, launch_error
 
 constexpr int BM = {{block_m}};   // rows of C per block
 constexpr int BN = {{block_n}};   // columns of C per block
@@ -35,7 +31,7 @@ matmul_nt_2d(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
              const T* __restrict__ bias,            // (N,) or nullptr
              T* __restrict__ C, int64_t ldc,        // (M, N), row stride ldc
              int64_t M, int64_t N, int64_t K) {
-  __shared__ T As[BK][BM];  // k-major, as in cuda-1d
+  __shared__ T As[BK][BM];  // k-major, as in step 3
   __shared__ T Bs[BK][BN];
 
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);  // rows ty*TM.., columns tx*TN..
@@ -43,14 +39,8 @@ matmul_nt_2d(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
 
   T acc[TM][TN] = {};
   for (int64_t k0 = 0; k0 < K; k0 += BK) {
-    for (int i = threadIdx.x; i < BM * BK; i += THREADS) {  // neighbouring threads: neighbouring k of a row
-      const int r = i / BK, c = i % BK;
-      As[c][r] = (m0 + r < M && k0 + c < K) ? A[(m0 + r) * lda + k0 + c] : T(0);
-    }
-    for (int i = threadIdx.x; i < BN * BK; i += THREADS) {
-      const int r = i / BK, c = i % BK;
-      Bs[c][r] = (n0 + r < N && k0 + c < K) ? B[(n0 + r) * ldb + k0 + c] : T(0);
-    }
+    copy_tile<BM, BK, THREADS>(A, lda, m0, k0, M, K, As);  // as in step 3 (ladder.cuh)
+    copy_tile<BN, BK, THREADS>(B, ldb, n0, k0, N, K, Bs);
     __syncthreads();  // the tiles are complete
 
     // kplay:todo For each k: a[i] = As[k][ty * TM + i], b[j] = Bs[k][tx * TN + j]; acc[i][j] += a[i] * b[j].
