@@ -66,7 +66,7 @@ def test_a_param_applies_to_every_chosen_variant_that_declares_it_and_each_must_
     assert [tiles.params_for(v, req.params).get("block") for v in both] == [32, 32, None]
     with pytest.raises(UsageError, match=r"--param block=128 \(narrow's\): valid values are 16, 32"):
         tiles.parse_params(["block=128"], both)
-    assert tiles.parse_params(["block=128"], [tiles.variants["wide"]])["block"] == 128  # narrow not chosen
+    assert tiles.parse_params(["block=128", "rows=2"], [tiles.variants["wide"]])["block"] == 128  # narrow not chosen
 
 
 def test_a_param_no_chosen_variant_declares_is_refused_in_one_line(tiles):

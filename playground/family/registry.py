@@ -184,7 +184,8 @@ class Family:
     def parse_params(self, pairs: list[str], variants: list[Variant] | None = None) -> dict[str, int | str]:
         """Turn ['threads=512'] into the family's parameters, defaults filled in, plus the variants' own that
         are given. A variant's own applies to every one of `variants` (default: all) that declares it, and each
-        must take the value; none declaring it is an error. params_for gives one variant's full set."""
+        must take the value; none declaring it is an error, and so is a combination one of them refuses (before
+        anything is built or shown). params_for gives one variant's full set."""
         values = {p.name: p.default for p in self.params.values()}
         among = list(self.variants.values()) if variants is None else variants
         for pair in pairs:
@@ -198,6 +199,8 @@ class Family:
             if not takers:
                 raise UsageError(self._not_taken(key, among))
             values[key] = [v.params[key].parse(text, v.name) for v in takers][0]
+        for v in among:
+            self.params_for(v, values)
         return values
 
     def _not_taken(self, key: str, among: list[Variant]) -> str:

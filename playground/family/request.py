@@ -90,10 +90,7 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
     shadowing = "" if registry.is_path(name) else registry.shadowing(fam)  # a folder named outright shadows nothing
     warnings = [w for w in [shadowing] if w] + warnings
     pairs = [f"{k}={v}" for k, v in params.items()] if isinstance(params, dict) else list(params or [])
-    chosen = candidates(fam, device, variant)
-    values = fam.parse_params(pairs, chosen)
-    for v in chosen:  # a combination a variant's constraints refuse: one line now, not a compiler's error later
-        fam.params_for(v, values)
+    values = fam.parse_params(pairs, candidates(fam, device, variant))  # a combination refused: one line, no build
     if not 0 < timeout <= MAX_TIMEOUT_S:
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0, at most {MAX_TIMEOUT_S:,} (a day)")
     if not 0 <= seed <= MAX_SEED:

@@ -1,12 +1,12 @@
 // Step 3 of the matmul ladder (cuda-1d): 1-D blocktiling, a column of TM outputs per thread.
-// From step 2: each B value read from shared memory feeds TM multiply-adds, and a block's tiles grow to BLOCK.
+// From step 2: each B value read from shared memory feeds TM multiply-adds, and a block's tile of C grows.
 //
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. A thread computes TM
 // outputs of one column of C, not one. For each k it reads one value of the B tile into a register and
 // reuses it for its TM multiply-adds, reading the TM values of the A tile beside it: shared-memory loads
-// per multiply-add fall from 2 (step 2) to (TM + 1) / TM, 1.125 at TM = 8. With BLOCK x BLOCK outputs per
-// block and BLOCK^2 / TM threads, the block's tiles are also bigger than step 2's for as many threads:
-// global loads per multiply-add fall to 2 / BLOCK.
+// per multiply-add fall from 2 (step 2) to (TM + 1) / TM, 1.125 at TM = 8. With BM x BN outputs per block
+// (both the param `block`) and BM * BN / TM threads, the block's tiles are also bigger than step 2's for as
+// many threads: global loads per multiply-add fall to 2 / BM.
 #include "ladder.cuh"  // launch_matmul_nt, tile_grid, launch_error, copy_tile
 
 namespace KPLAY_NS {
