@@ -432,13 +432,15 @@ def test_a_folder_from_before_the_rename_loads_and_renders_its_family_params(old
     assert "constexpr int BM = 64;" in text
 
 
-@pytest.mark.slow  # a build of linear.cpp of its own (the folder's spec and sources)
-def test_a_folder_ejected_from_before_the_rename_still_runs_and_passes(kplay, old_linear, tmp_path):
+@pytest.mark.slow
+def test_a_folder_ejected_from_before_the_move_says_in_one_line_how_to_start_again(kplay, old_linear, tmp_path):
+    """Its spec.py imports the engine's old module (playground.check): one line, exit 2, how to eject anew."""
     ejected = tmp_path / "ejected"
     assert kplay("eject", old_linear, ejected).exit_code == 0
     assert (ejected / "blocktile1d.cu").exists() and (ejected / "tile_io.cuh").exists()
     result = kplay("run", ejected, "--device", "cpu", "--batch", 33, "--in", 17, "--out", 9, "--no-bench")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2 and "playground.check" in result.output, result.output
+    assert "kplay eject linear NEW-DIR" in result.output and "Traceback" not in result.output
 
 
 # CUDA: the sources compile on any machine with nvcc (no GPU: for sm_90); correctness needs a GPU.

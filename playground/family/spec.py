@@ -87,6 +87,11 @@ def module(fam: Family):
             found.loader.exec_module(mod)
         except SyntaxError as e:
             raise UsageError(f"{path}:{e.lineno}: {e.msg}") from None
+        except ModuleNotFoundError as e:
+            if (e.name or "").startswith("playground."):  # a folder ejected by an older kplay, whose modules moved
+                raise UsageError(f"{path} imports {e.name}, which this kplay no longer has: eject the family again "
+                                 f"(kplay eject {fam.name} NEW-DIR) and copy your edits into it") from None
+            raise _broken(path, e) from e
         except Exception as e:  # raised while spec.py runs: its own line, not importlib's
             raise _broken(path, e) from e  # KPLAY_DEBUG=1: where it was
         _modules[key] = mod
