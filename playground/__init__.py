@@ -10,12 +10,10 @@
 
 from .core.errors import BuildError, KernelCrash, KplayError, UsageError
 from .core.record import RunResult
-from .engine import find, load
-from .engine import request as make
-from .engine import run_here as run
-from .family.registry import families
-from .family.request import Request
+from .family.registry import families, find
+from .family.request import Request, make
 from .notebook import load_ipython_extension
+from .run.runner import load, run
 
 __all__ = ["run", "load", "make", "Request", "families", "find", "RunResult", "load_ipython_extension",
            "KplayError", "UsageError", "BuildError", "KernelCrash"]

@@ -16,7 +16,7 @@ from .core import events
 from .core.errors import UsageError
 from .family import registry, render
 from .family.request import Request, split_sizes  # noqa: F401  the door's own names
-from .family.request import make as request
+from .family.request import make as request  # noqa: F401  the door's own name
 from .insight import profile as profiler
 from .insight import sanitize as sanitizer
 from .pool import client, cluster
@@ -260,15 +260,6 @@ builds_in_flight = toolchain.builds_in_flight
 diagnose = checks.diagnose
 
 
-def load(name: str, variant: str | None = None, device: str = "cpu", params: dict | None = None,
-         paths: list[str] | None = None):
-    """Build (or reuse) one variant and return its ops, ready to call on tensors."""
-    req = request(name, device=device, variant=variant, params=params, paths=paths)
-    fam = req.load_family()
-    return build.build(fam, fam.pick_variants(device, variant)[0], req.params)[0]
-
-
-run_here = runner.run  # in this process: no crash isolation (the CLI and the magic use a child)
 resolve_device = runner.resolve_device
 
 

@@ -3,6 +3,8 @@
 Every command runs the kplay CLI in a child process, so a kernel that segfaults takes down that child
 only, never the notebook's kernel. The cell's body goes into a copy of the variant's files (as `kplay eject`
 writes them) and `kplay run` runs that folder: the same build, check, timing and report as in a terminal.
+
+The engine is imported where a magic first needs it: `import playground` (in a child, a script) stays light.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from . import engine
 from .core.errors import KplayError, UsageError
 
 COLUMNS = 100  # the child's terminal width: kplay's reports are laid out for 80
@@ -70,6 +71,8 @@ def _split(line: str) -> list[str]:
 
 def _cell_run(args: list[str], body: str) -> tuple[list[str], Path]:
     """The cell's `run NAME ...`: the variant's files with the body in place of one; the CLI's arguments."""
+    from . import engine
+
     if not args or args[0] != "run" or len(args) < 2 or args[1].startswith("-"):
         what = f"%%kplay {args[0]}: the cell magic runs a kernel; " if args and args[0] != "run" else ""
         raise UsageError(f"{what or 'a kernel name is missing; '}usage: {CELL_USAGE}")
@@ -82,6 +85,8 @@ def _cell_run(args: list[str], body: str) -> tuple[list[str], Path]:
 
 def _pick(name: str, args: list[str]):
     """The family, the variant, its parameters and the file a cell holds; the options left for kplay run."""
+    from . import engine
+
     files, rest = _take(args, "--file")
     params, rest = _take(rest, "--param", "-p")
     paths, rest = _take(rest, "--path")
@@ -94,6 +99,8 @@ def _pick(name: str, args: list[str]):
 
 def _load_cell(args: list[str]) -> str:
     """`%kplay load NAME [--starter] ...`: a %%kplay run cell holding the variant's file (an exercise's starter)."""
+    from . import engine
+
     if not args or args[0].startswith("-"):
         raise UsageError("a kernel name is missing; usage: %kplay load NAME [--variant V] [--file FILE] [--starter]")
     starter = "--starter" in args
@@ -132,6 +139,8 @@ def _take(args: list[str], *names: str) -> tuple[list[str], list[str]]:
 
 def _variant(fam, name: str | None, device: str):
     """The variant the body belongs to: --variant, or the default one where `kplay run` would run."""
+    from . import engine
+
     if name == "all":
         raise UsageError("--variant all: the cell holds one variant's source; name one variant")
     if name:
@@ -156,6 +165,8 @@ def _target(fam, variant, file: str | None) -> str:
 
 def _eject(fam, variant, values: dict) -> Path:
     """The variant's files, a solution's and not a starter's (the body replaces one anyway), in this kernel's folder."""
+    from . import engine
+
     folder = _workdir() / f"{fam.name}-{variant.name}"
     engine.eject(fam, folder, None, variant.name, values, force=True, starter=False)
     return folder

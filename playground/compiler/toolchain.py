@@ -18,6 +18,12 @@ from pathlib import Path
 from ..core.errors import BuildError, UsageError
 
 CACHE_LOCK = ".kplay-cache.lock"  # the cache-wide lock: builds hold it shared, `kplay clean` exclusive; never removed
+# The build's own: flags for every build, and where a build keeps what `kplay show` and the report read.
+CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
+CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
+KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin (--keep), for `kplay show`
+COMPILER_LOG = "compiler.log"  # what the compilers printed: ptxas's resource lines, the loop remarks
+ENGINE_INCLUDE = Path(__file__).resolve().parent.parent / "include"  # kplay/stable.h, on every build's -I path
 
 
 def cache_dir() -> Path:
@@ -215,20 +221,6 @@ def cuda_tool(name: str) -> str | None:
     folders += [Path(p) / "nvidia" / sub / "bin" for p in sys.path if p for sub in ("cu13", "cu12", "cuda_sanitizer_api")]
     return next((str(f / name) for f in folders if os.access(f / name, os.X_OK)), None)
 
-
-CXX_FLAGS = ["-O3", "-std=c++20"]  # load_inline adds no -O for C++; torch >= 2.14 wants c++20 with own flags
-
-
-CUDA_FLAGS = ["-O3", "-std=c++20", "--resource-usage"]  # ptxas -v: each kernel's registers, spills, memory
-
-
-KEEP = "nvcc"  # the build's subfolder where nvcc leaves its PTX and cubin (--keep), for `kplay show`
-
-
-COMPILER_LOG = "compiler.log"  # what the compilers printed: ptxas's resource lines, the loop remarks
-
-
-ENGINE_INCLUDE = Path(__file__).resolve().parent.parent / "include"  # kplay/stable.h, on every build's -I path
 
 
 def folder(name: str) -> Path:

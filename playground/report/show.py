@@ -15,6 +15,8 @@ from rich.text import Text
 from .tables import COLORS, loop_line, loop_verdict, sizes_table
 
 OPCODE = r"^(?:@!?[%\w]+\s+)?[A-Za-z_][\w.]*"  # SASS LDG.E.128, PTX ld.global.v4.f32, x86 vaddps, a predicate first
+OPERANDS = [(r"\b(?:U?R\d+|U?P\d+|RZ|PT|SR_\w+)\b|%\w+", "cyan"), (r"\b0x[0-9a-f]+\b|(?<![\w.])-?\d+\b", "magenta"),
+            (r"[.$]L\w+|<[^>]+>", "yellow")]
 
 
 def path_lines(head: str, path: str, width: int) -> str:
@@ -93,7 +95,3 @@ def _instruction(code: str) -> Text:
     for pattern, style in OPERANDS:
         text.highlight_regex(pattern, style)
     return text
-
-
-OPERANDS = [(r"\b(?:U?R\d+|U?P\d+|RZ|PT|SR_\w+)\b|%\w+", "cyan"), (r"\b0x[0-9a-f]+\b|(?<![\w.])-?\d+\b", "magenta"),
-            (r"[.$]L\w+|<[^>]+>", "yellow")]

@@ -238,3 +238,11 @@ def _roof(result: RunResult, peak, nbytes: int, flops: int) -> float | None:
 def run(name: str, on_event=events.ignore, **options) -> RunResult:
     """The notebook entry point, in this process: run("sum", sizes={"n": 10**7}, device="cpu")."""
     return execute(requests.make(name, **options), on_event)
+
+
+def load(name: str, variant: str | None = None, device: str = "cpu", params: dict | None = None,
+         paths: list[str] | None = None):
+    """Build (or reuse) one variant and return its ops, ready to call on tensors."""
+    req = requests.make(name, device=device, variant=variant, params=params, paths=paths)
+    fam = req.load_family()
+    return build(fam, fam.pick_variants(device, variant)[0], req.params)[0]
