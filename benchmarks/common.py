@@ -43,6 +43,14 @@ class Runs:
         return min(self.printed), max(self.printed)
 
 
+def results_name(what: str, machine: str) -> str:
+    """A results file's name: the day, the commit measured and the machine first:
+    DATE-COMMIT-MACHINE-WHAT, e.g. a linear run on the H200 (machine: h200 or cpu)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "nocommit"
+    return f"{time.strftime('%Y-%m-%d')}-{commit}-{machine}-{what}"
+
+
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:
     """One run's wall seconds and stdout; a failing command ends the benchmark with its stderr."""
     start = time.perf_counter()

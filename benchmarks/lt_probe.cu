@@ -2,7 +2,7 @@
 // program (no torch): the heuristic's top choices, then every algorithm x tile x split-K x reduction
 // scheme that cublasLtMatmulAlgoCheck accepts, each timed with events (GPU time per call, back to back).
 // The enumeration leaves the stage count undefined, which some algorithms (55, the heuristic's favourite
-// here) reject; the heuristic's list is the useful part (results/lt-probe-h200.txt).
+// here) reject; the heuristic's list is the useful part (results/2026-11-30-31e7a73-h200-lt-probe.txt).
 // For each, the host's cost of one call (time until the call returns, the GPU busy behind it): cuBLAS's
 // cublasSgemmStridedBatched, which chooses its kernel on every call, against cublasLtMatmul with the
 // heuristic's first algorithm kept (as lltm.cpp does), the heuristic itself, and an empty kernel's launch.

@@ -1,6 +1,6 @@
 """A roofline PNG from a sweep's CSV (`kplay bench --csv`), the peaks from a device's attributes.
 
-    python3 benchmarks/roofline_from_csv.py benchmarks/results/linear-h200-sweep.csv out.png --h200
+    python3 benchmarks/roofline_from_csv.py benchmarks/results/2026-11-29-8be12cf-h200-linear-sweep.csv out.png --h200
 
 For sweeps recorded before `--roofline` existed: the medians are the CSV's (measured), the traffic and
 flops come from the family's spec.py hooks, and --h200 puts the H200 SXM's attribute values in place of a

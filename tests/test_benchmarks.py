@@ -1,5 +1,6 @@
 """The benchmarks' shared helpers: commands timed in turns with fresh folders, and the verdict from two timings."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -134,3 +135,22 @@ def test_the_ladder_picture_is_drawn_from_the_json_the_benchmark_writes(tmp_path
     monkeypatch.setattr(sys, "argv", ["linear_gpu.py", "--plot-from", str(tmp_path / "ladder.json")])
     assert linear_gpu.main() == 0
     assert (tmp_path / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+NAMED = re.compile(r"\d{4}-\d{2}-\d{2}-[0-9a-f]{7}-(h200|cpu)-[\w.+-]+")
+
+
+def test_each_results_file_is_named_by_its_date_commit_and_machine():
+    unnamed = [p.name for p in RESULTS.iterdir() if not NAMED.fullmatch(p.name)]
+    assert not unnamed, unnamed
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}-[0-9a-f]{7}-h200-x\.md", common.results_name("x.md", "h200"))
+
+
+def test_every_cited_results_file_exists():
+    root = RESULTS.parent.parent
+    texts = [root / "README.md", *root.glob("snippets/**/*.*"), *root.glob("benchmarks/*.*"), *RESULTS.glob("*.md")]
+    cited = {m.group(0).rstrip(".") for p in texts if p.suffix not in (".png", ".json", ".csv")
+             for m in NAMED.finditer(p.read_text(errors="replace"))}
+    missing = sorted(c for c in cited if not (RESULTS / c).exists())
+    assert cited and not missing, missing

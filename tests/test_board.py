@@ -4,6 +4,7 @@ import csv
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -310,7 +311,10 @@ def _screenshot(browser, tmp_path: Path) -> None:
     shot = tmp_path / "board.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     if os.environ.get("KPLAY_SCREENSHOTS") == "1":
-        shutil.copy(shot, ROOT / "benchmarks" / "results" / "board-screenshot.png")
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import common
+
+        shutil.copy(shot, ROOT / "benchmarks" / "results" / common.results_name("board-screenshot.png", "cpu"))
 
 
 def test_a_case_is_counted_by_its_diagnosis():

@@ -1,6 +1,6 @@
 // The rung after lltm_cuda.cpp: the same cell as one op, `lltm`, built for speed. The tutorial's CUDA version
 // (variant cuda) is slower than plain PyTorch on a GPU at its sizes, because host overhead dominates
-// (benchmarks/results/lltm-notes.md); each change here removes host work or GPU work:
+// (benchmarks/results/2026-12-01-7f29147-h200-lltm-notes.md); each change here removes host work or GPU work:
 // - autograd in C++ (a torch::autograd::Function for the Autograd key, lltm_op.h): a forward or a backward
 //   is one call from Python, no Python in between. Its headers cost the build about 10 s, which is why the
 //   other variants register autograd from Python.

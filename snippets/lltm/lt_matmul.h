@@ -219,7 +219,7 @@ inline void matmul_out(const at::Tensor& out, const Mat& a, const Mat& b, int64_
 // does not divide. Why: the library picks its kernel from the shape, and for a large, flat problem such as
 // the large forward's (1024 x 1536) @ (1536 x 3072) it picks small tiles; k-slices of a quarter get larger
 // tiles, fast enough to pay for the caller reading several partial products instead of one
-// (benchmarks/results/lltm-notes.md has the figures). It does not pay for the backward's d_X.
+// (benchmarks/results/2026-12-01-7f29147-h200-lltm-notes.md has the figures). It does not pay for the backward's d_X.
 inline at::Tensor partial_products(const Mat& a, const Mat& b, int64_t parts) {
   if (parts <= 1 || a.cols % parts != 0) parts = 1;
   const int64_t s = a.cols / parts;  // part p: a's columns p*s .. (p+1)*s - 1 times b's rows the same
