@@ -133,6 +133,14 @@ def wrote(files) -> None:
         out.print(f"wrote {f}", highlight=False, soft_wrap=True)  # a long path stays one line, to copy
 
 
+def emit(data, as_json: bool, render) -> None:
+    """--json: the record as plain JSON; otherwise what render() builds from it."""
+    if as_json:
+        print(json.dumps(data, indent=2))
+    else:
+        out.print(render())
+
+
 def as_path(folder) -> str:
     """A folder as `kplay run` reads it: a bare name would mean the built-in family."""
     folder = Path(folder)
@@ -149,7 +157,7 @@ def main(_: Annotated[bool, typer.Option("--version", callback=version, is_eager
 def list_(ctx: typer.Context, json_: Json = False, path: Path_ = None):
     """List the kernel families: summary, variants, devices."""
     rows, warnings = engine.families(path, family_options(ctx))
-    print(json.dumps(rows, indent=2)) if json_ else out.print(report.family_table(rows))
+    emit(rows, json_, lambda: report.family_table(rows))
     for warning in warnings:
         warn(warning)
 
@@ -285,7 +293,7 @@ def profile(ctx: typer.Context, name: Name = None, size: Sizes = None, device: D
                          one_baseline=True, mode="profile", options=family_options(ctx))
     with spinner(err) as on_event:
         result = engine.profile(req, on_event, ncu=not no_ncu)
-    print(json.dumps(result, indent=2)) if json_ else out.print(engine.profiler.report(result))
+    emit(result, json_, lambda: engine.profiler.report(result))
 
 
 def family_help(ctx: typer.Context, name: str | None, path, help_: bool, variant: str | None = None) -> None:
