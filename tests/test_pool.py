@@ -163,6 +163,8 @@ def test_a_dask_client_without_the_class_certificate_is_refused(class_pool, tmp_
 def test_nothing_outside_the_exercises_files_is_taken():
     with pytest.raises(endpoint.Refused, match="takes only sum.cpp; not spec.py"):
         endpoint.submission({"family": "sum", "variant": "cpp", "files": {"spec.py": "import os"}})
+    with pytest.raises(endpoint.Refused, match=r"takes only 6_warptile.cu, .*; not warptile.cu .*kplay start linear/cuda-warptile"):
+        endpoint.submission({"family": "linear", "variant": "cuda-warptile", "files": {"warptile.cu": ""}})  # renamed
     with pytest.raises(endpoint.Refused, match="not an exercise of this pool"):
         endpoint.submission({"family": "../../etc", "variant": "cpp", "files": {}})
     with pytest.raises(endpoint.Refused, match="over 256 KB"):

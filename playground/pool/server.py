@@ -69,7 +69,9 @@ def submission(body: dict) -> tuple:
     fam, v, allowed = editable(str(body.get("family")), str(body.get("variant")))
     unknown = sorted(set(body["files"]) - allowed)
     if unknown:
-        raise Refused(400, f"{fam.name}/{v.name} takes only {', '.join(sorted(allowed))}; not {', '.join(unknown)}")
+        raise Refused(400, f"{fam.name}/{v.name} takes only {', '.join(sorted(allowed))}; not {', '.join(unknown)} "
+                           f"(a folder started by another kplay: kplay start {fam.name}/{v.name} NEW-DIR with this "
+                           "pool's kplay, then copy your edits into it)")
     big = [n for n, t in body["files"].items() if len(t.encode()) > MAX_FILE]
     if big:
         raise Refused(413, f"{big[0]} is over {MAX_FILE >> 10} KB")
