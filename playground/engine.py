@@ -20,6 +20,8 @@ from .family.request import make as request  # noqa: F401  the door's own name
 from .insight import profile as profiler
 from .insight import sanitize as sanitizer
 from .pool import client, cluster
+from .report import plot as plots
+from .report import tables
 from .run import compare, runner
 from .workshop import board as boards
 from .workshop import board_page, exercise, scaffold, sweep, todos
@@ -92,9 +94,7 @@ def check_profile_device(device: str) -> None:
 def writable(csv: str | None, *pngs: str | None) -> None:
     """Fail now, not after a long sweep: matplotlib for a PNG, an existing folder for each file."""
     if any(pngs):
-        from .report.plot import require
-
-        require()
+        plots.require()
     for target in filter(None, (csv, *pngs)):
         folder = Path(target).resolve().parent
         if not folder.is_dir():
@@ -113,18 +113,13 @@ sweep_run = sweep.run  # each point a whole run in its own child: (records, what
 
 def sweep_files(records: list[dict], key: str, csv: str | None, plot: str | None, roofline: str | None) -> None:
     """The sweep's CSV and PNGs (a point that was skipped draws nothing)."""
-    from .report import tables
-
     if csv and records:
         tables.write_csv(records, csv)
     drawn = any("skipped" not in r for r in records)
-    if (plot or roofline) and drawn:
-        from .report import plot as plots
-
-        if plot:
-            plots.save(records, key, plot)
-        if roofline:
-            plots.roofline(records, key, roofline)
+    if plot and drawn:
+        plots.save(records, key, plot)
+    if roofline and drawn:
+        plots.roofline(records, key, roofline)
 
 
 # ---- show: the source, and what the compiler made of it ----------------------------------------------------
@@ -182,7 +177,7 @@ def export(fam, folder: Path, device: str, variant: str | None, params: list[str
     return scaffold.export(fam, folder, v, fam.parse_params(params, [v]), force)
 
 
-def start(name: str, folder: Path, params: list[str], force: bool, student: str | None, paths, on_event=None):
+def start(name: str, folder: Path, params: list[str], force: bool, student: str | None, paths):
     """`kplay start NAME[/VARIANT] DIR`: (the variant taken, the files written)."""
     fam_name, variant = (name, None) if Path(name).exists() or "/" not in name else name.rsplit("/", 1)
     fam = registry.find(fam_name, paths)
