@@ -28,7 +28,7 @@ def plain_load_inline(folder: Path, sources: list[str], env: dict, tag: str) -> 
     cpp = [str(folder / s) for s in sources if not s.endswith(".cu")]
     cu = [str(folder / s) for s in sources if s.endswith(".cu")]
     code = (
-        "import sys; sys.path.insert(0, %r); from playground.compiler.build import CXX_FLAGS, CUDA_FLAGS, ENGINE_INCLUDE\n"
+        "import sys; sys.path.insert(0, %r); from playground.compiler.toolchain import CXX_FLAGS, CUDA_FLAGS, ENGINE_INCLUDE\n"
         "from playground.compiler.toolchain import setup_env, compiler; setup_env()\n"
         "from torch.utils.cpp_extension import load_inline; from pathlib import Path\n"
         "cpp = [Path(p).read_text() for p in %r]; cu = [Path(p).read_text() for p in %r]\n"
