@@ -186,15 +186,16 @@ def start(name: str, folder: Path, params: list[str], force: bool, student: str 
 
 
 def check(folder: Path, device: str, student: str | None, timeout: float, sanitize: bool, pool: Path | None,
-          on_event=events.ignore) -> dict:
-    """`kplay check`: the graded record, here or on the pool (where the token says who the student is)."""
+          on_event=events.ignore, seed: int | None = None) -> dict:
+    """`kplay check`: the graded record, here or on the pool (where the token says who the student is); at a
+    fresh seed unless one is given."""
     if pool:
         on_event(events.PHASE, phase="pool")
-        rec = client.check(folder, pool, timeout, sanitize)
+        rec = client.check(folder, pool, timeout, sanitize, seed)
         if rec.get("error") and not rec.get("dtypes"):  # the pool could not run it: the same one line as here
             raise UsageError(rec["error"])
         return rec
-    return exercise.grade(folder, device, student, on_event, timeout, sanitize=sanitize)
+    return exercise.grade(folder, device, student, on_event, timeout, sanitize=sanitize, seed=seed)
 
 
 unusable = started.unusable

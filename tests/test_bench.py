@@ -107,8 +107,8 @@ def test_json_is_one_run_record_per_size(swept):
         v = r["variants"][0]
         assert r["ok"] and r["family"] == "sum" and r["device"] == "cpu" and v["variant"] == "cpp"
         n = r["sizes"]["n"]
-        assert v["check"]["cases"][-6:] == [f"n={n}", *(f"n={n} {form}" for form in ("2-D", "strided", "misaligned",
-                                                                                     "probed", "reused"))]
+        assert v["check"]["cases"][-6:] == [f"n={n} randn", *(f"n={n} randn {form}" for form in (
+            "2-D", "strided", "misaligned")), f"n={n} uniform probed", f"n={n} randn reused"]
         assert v["time"]["samples"] >= 30
         assert v["gbps"] == pytest.approx(r["sizes"]["n"] * 4 / v["time"]["median_s"] / 1e9)
         assert v["speedup"] == pytest.approx(r["baselines"]["torch.sum"]["time"]["median_s"] / v["time"]["median_s"])

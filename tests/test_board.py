@@ -72,12 +72,12 @@ def test_real_check_records_are_ranked_with_their_failures_by_kind(checked, tmp_
     assert lines[0] == "print_array/cpp · 3 students · 1 passed every case"
     rows = [line.split() for line in lines if line[:1].isdigit()]
     assert [r[:2] for r in rows] == [["1", "bob"], ["2", "ada"], ["2", "cy"]]  # ada and cy: 0 passed, tied
-    assert "24/24" in rows[0] and rows[1][-4:] == ["0/24", "24", "wrong", "value"]  # four dtypes, six cases each
+    assert "36/36" in rows[0] and rows[1][-4:] == ["0/36", "36", "wrong", "value"]  # four dtypes, 6 + 3 drawn cases each
     assert rows[2][-3:] == ["0/1", "build", "error"]
     assert f"wrote {tmp_path / 'board.csv'}" in lines and f"wrote {tmp_path / 'board.html'}" in lines
     table = csv_of(tmp_path)
     assert [(r["rank"], r["student"], r["passed"], r["checked"], r["exit_code"]) for r in table] == [
-        ("1", "bob", "24", "24", "0"), ("2", "ada", "0", "24", "1"), ("2", "cy", "0", "1", "3")]
+        ("1", "bob", "36", "36", "0"), ("2", "ada", "0", "36", "1"), ("2", "cy", "0", "1", "3")]
     assert [(r["wrong value"], r["build"]) for r in table] == [("0", "0"), ("24", "0"), ("0", "1")]
     assert all(r["exercise"] == "print_array/cpp" and r["speedup"] == "" for r in table)
 

@@ -41,7 +41,8 @@ def test_run_sum_json_matches_the_table(kplay):
     v = r["variants"][0]
     assert r["ok"] and r["sizes"] == {"n": 100_000} and v["check"]["ok"]
     assert v["check"]["cases"][-6:] == [
-        "n=100000", *(f"n=100000 {form}" for form in ("2-D", "strided", "misaligned", "probed", "reused"))] and "n=1025" in v["check"]["cases"]
+        "n=100000 randn", *(f"n=100000 randn {form}" for form in ("2-D", "strided", "misaligned")),
+        "n=100000 uniform probed", "n=100000 randn reused"] and any(c.startswith("n=1025 ") for c in v["check"]["cases"])
     assert v["time"]["samples"] >= 30 and v["time"]["q1_s"] <= v["time"]["median_s"] <= v["time"]["q3_s"]
     assert v["gbps"] == pytest.approx(100_000 * 4 / v["time"]["median_s"] / 1e9)
     assert v["speedup"] == pytest.approx(r["baselines"]["torch.sum"]["time"]["median_s"] / v["time"]["median_s"])

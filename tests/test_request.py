@@ -94,7 +94,9 @@ def test_a_family_with_a_size_named_rows_runs_with_no_engine_change(kplay, tmp_p
     result = kplay("run", folder, "--rows", "1e5", "--device", "cpu", "--json")
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
-    assert r["sizes"] == {"rows": 100_000} and r["variants"][0]["check"]["cases"] == ["rows=1", "rows=100000", "rows=100000 reused"]
+    cases = r["variants"][0]["check"]["cases"]  # its test size, three drawn from the seed, the requested one
+    assert r["sizes"] == {"rows": 100_000} and cases[0] == "rows=1" and cases[-2:] == ["rows=100000", "rows=100000 reused"]
+    assert len(cases) == 6 and all(int(c[5:]) % 32 for c in cases[1:4])
     assert list(r["baselines"]) == ["x.sum(1)"] and r["variants"][0]["speedups"]["x.sum(1)"]["call"]["ratio"] > 0
     assert kplay("run", folder, "--rows=10", "--device", "cpu", "--no-bench").exit_code == 0
 

@@ -60,5 +60,6 @@ def test_sum_is_deterministic_across_thread_counts(ops):
 def test_api_run_returns_the_record():
     r = playground.run("sum", sizes={"n": 4096}, device="cpu", budget_s=0.05)
     assert r.ok and r.exit_code == 0 and r.variants[0].check.cases[-6:] == [
-        "n=4096", *(f"n=4096 {form}" for form in ("2-D", "strided", "misaligned", "probed", "reused"))]
+        "n=4096 randn", *(f"n=4096 randn {form}" for form in ("2-D", "strided", "misaligned")), "n=4096 uniform probed",
+        "n=4096 randn reused"]
     assert r.variants[0].time.samples >= 30

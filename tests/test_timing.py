@@ -74,20 +74,29 @@ def test_the_calls_take_the_inputs_in_turn_whoever_makes_them(contenders):
         assert all(a != b for a, b in zip(mine, mine[1:]))
 
 
-def test_a_timed_call_that_returns_another_inputs_answer_fails():
-    """A result kept from the previous call is caught in the timing loop, not only in the check."""
-    pool = [torch.randn(1000, generator=torch.Generator().manual_seed(k)) for k in range(3)]
-    last = {}
+def test_a_timed_call_that_returns_a_kept_answer_fails():
+    """A result kept from an earlier call, by nothing, by the input's pointer or by a sample of its values, is
+    caught in the timing loop: the copies' contents change at new places before every timed call."""
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    kept = {}
 
-    def stale(x):  # returns the answer of the call before: a result cache keyed by nothing
-        answer, last["x"] = last.get("x", x).sum(), x
+    def stale(x):  # the answer of the call before
+        answer, kept["x"] = kept.get("x", x.clone()).sum(), x.clone()
         return answer
 
-    spec = SimpleNamespace(outputs=(), reference=lambda x: x.double().sum(), tolerance=lambda x, dtype: (1e-3, ""))
-    for fn, fails in ((stale, True), (lambda x: x.sum(), False)):
-        outputs = trust.TimedOutputs(spec, [(x,) for x in pool], torch.float32)
-        bench({("variant", "v", "call"): [(lambda x=x: (x,), fn) for x in pool]}, "cpu", budget_s=0.0,
-              observe=outputs.observe)
+    def by_pointer(x):
+        return kept.setdefault(x.data_ptr(), x.sum())
+
+    def by_sample(x):
+        return kept.setdefault((x.data_ptr(), x[500].item(), x[333].item()), x.sum())
+
+    spec = SimpleNamespace(outputs=(), reference=lambda x: x.double().sum(), tolerance=lambda x, dtype: (1e-3, ""),
+                           update=None)
+    for fn, fails in ((stale, True), (by_pointer, True), (by_sample, True), (lambda x: x.sum(), False)):
+        pool, _ = [(x.clone(),) for _ in range(3)], kept.clear()
+        outputs = trust.TimedOutputs(spec, pool, torch.float32, 0)
+        bench({("variant", "v", "call"): [(lambda p=p: p, fn) for p in pool]}, "cpu", budget_s=0.0,
+              observe=outputs.observe, before=outputs.change)
         found = outputs.findings("v", {"call": None})
         assert bool(found) == fails and all("timed input" in f and f.startswith("timing:") for f in found)
 
@@ -100,13 +109,13 @@ def test_a_long_wait_after_the_end_event_means_unseen_work():
     assert trust.unseen_work({"call": stats(5e-6, 0.01)}) == []  # CPU: no events, nothing to compare
 
 
-def test_a_run_times_several_seeded_inputs_and_says_so(kplay):
+def test_a_run_times_several_inputs_and_says_so(kplay):
     result = kplay("run", "sum", "--device", "cpu", "--n", "1e4", "--json")
     record = json.loads(result.stdout)
     assert result.exit_code == 0 and record["inputs_timed"] >= 3
     assert record["variants"][0]["time"]["noise"] > 0
     text = kplay("run", "sum", "--device", "cpu", "--n", "1e4").output
-    assert f"on {record['inputs_timed']} seeded inputs" in text and "±: noise" in text
+    assert f"on {record['inputs_timed']} copies changed before each call" in text and "±: noise" in text
 
 
 # ---- on a GPU ---------------------------------------------------------------------------------------------

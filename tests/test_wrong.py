@@ -24,10 +24,13 @@ def _runnable():
             yield pytest.param(fam.name, v.name, "cuda" if v.device == "cuda" else "cpu", marks=marks, id=f"{fam.name}/{v.name}")
 
 
-def _known_wrong():
+def _known_wrong(every_seed: bool = False):
+    """The known-wrong kernels (every_seed: those run at seeds 0..9, the gamed ones)."""
     for fam in FAMILIES.values():
         manifest = WRONG / fam.name / "wrong.toml"
         for entry in tomllib.loads(manifest.read_text())["wrong"] if manifest.exists() else []:
+            if entry.get("every_seed", False) != every_seed:
+                continue
             marks = [pytest.mark.cuda] if entry.get("mode") in ("cuda", "sanitize") else []
             slow = entry.get("slow") or entry["exit"] != 1 or "1e8" in entry.get("args", [])
             marks += [pytest.mark.slow] if slow else []
@@ -53,6 +56,20 @@ def test_known_wrong_kernels_fail_as_they_say(kplay, tmp_path, family, entry):
     assert result.exit_code == entry["exit"], result.output
     assert entry["says"] in " ".join(result.output.split()), result.output  # as one line: rich wraps at 80
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("family, entry", list(_known_wrong(every_seed=True)))
+def test_gamed_kernels_fail_at_every_seed(kplay, tmp_path, family, entry):
+    """Kernels written to pass a check whose sizes, data and timed inputs they could predict: listed sizes, a
+    cache keyed on samples of the input, data recognised as randn, an element in 1e5 dropped, a write undone.
+    Each fails at each of the seeds 0..9, as it says (timed where the timing is what finds it)."""
+    folder = wrong_folder(tmp_path / family, family, entry)
+    device = "cuda" if entry.get("mode") == "cuda" else "cpu"
+    for seed in range(10):
+        result = kplay("run", folder, "--device", device, "--seed", seed, *entry.get("args", []),
+                       *([] if entry.get("bench") else ["--no-bench"]))
+        assert result.exit_code == entry["exit"], f"seed {seed}: {result.output}"
+        assert entry["says"] in " ".join(result.output.split()), f"seed {seed}: {result.output}"
 
 
 RESCALED = {"cpu": [("sum_skip_rescale_tenth.cpp", "cpp")],

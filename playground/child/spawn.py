@@ -329,9 +329,9 @@ def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> t
                 return message, phase
             event = message.pop("event")
             phase = _phase(event, message) or phase
-            if event in (events.PHASE, events.CHECK, events.ALIVE):  # --timeout bounds one call of the kernel
-                deadline = time.monotonic() + timeout
-            elif event == events.WAIT:  # another run's timing is not this kernel's time
-                deadline = None
-            if event != events.ALIVE:
+            if event in (events.CALL, events.ALIVE) or event == events.PHASE and message["phase"] != "check":
+                deadline = time.monotonic() + timeout  # --timeout bounds one call of the kernel
+            elif event in (events.RETURNED, events.CHECK, events.PHASE, events.WAIT):
+                deadline = None  # the reference, the inputs and another run's timing are not the kernel's time
+            if event not in (events.ALIVE, events.CALL, events.RETURNED):
                 on_event(event, **message)

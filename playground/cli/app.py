@@ -447,7 +447,9 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
           device: Dev = Device.auto, name: Student = None, timeout: Timeout = 120.0, json_: Json = False,
           no_sanitize: Annotated[bool, typer.Option("--no-sanitize", help="Skip memcheck and racecheck of a CUDA "
                                                                          "kernel (faster; a race may then pass).")] = False,
-          pool: PoolToken = None):
+          pool: PoolToken = None,
+          seed: Annotated[Optional[int], typer.Option(help="Seed for the drawn sizes and inputs (default: a fresh one, "
+                                                           "printed; give it to grade the same again).")] = None):
     """Grade an exercise: the check at every dtype, test size and the main size, the time against the reference;
     a CUDA kernel that passes is also run under memcheck and racecheck. With --pool, on a GPU of the class's pool.
 
@@ -455,7 +457,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
     """
     try:
         with spinner(err) as on_event:
-            rec = engine.check(folder, device.value, name, timeout, not no_sanitize, pool, on_event)
+            rec = engine.check(folder, device.value, name, timeout, not no_sanitize, pool, on_event, seed)
     except UsageError as e:
         if json_ and not pool:  # one record whatever happened: the board says "could not run" instead of refusing the class
             print(json.dumps(engine.unusable(folder, name, e), indent=2))
@@ -467,6 +469,8 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
         show_part(part, rec["run"] if k == 0 else None)
     show_sanitized(rec)
     out.print(f"[b]{escape(engine.score(rec))}[/b]", highlight=False)
+    if rec.get("seed") is not None:
+        out.print(f"drawn at seed {rec['seed']} (--seed {rec['seed']} grades the same)", style="dim", highlight=False)
     if rec.get("worker"):
         out.print(f"graded on the pool's {escape(rec['worker'])} as {escape(rec['student'])}", highlight=False)
     raise typer.Exit(rec["exit_code"])

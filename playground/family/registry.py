@@ -17,7 +17,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from ..core.errors import UsageError
-from . import constraints
+from . import constraints, data
 
 _HOME = Path(__file__).resolve().parent.parent  # playground/
 # the built-in families: playground/snippets in an installed wheel, the checkout's snippets/ beside playground/
@@ -41,13 +41,14 @@ FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "d
                "sizes": "a table", "test_sizes": "a list of tables", "params": "a table", "variants": "a table",
                "bench": "true, false or a table", "default_variant": "a string", "includes": "a list of strings",
                "values": "a table", "exercise": "true, false or a table", "baselines": "a list of strings",
-               "forms": "a list of strings", "grade_dtypes": "a list of strings", "sanitize_sizes": "a list of tables"}
+               "forms": "a list of strings", "grade_dtypes": "a list of strings", "sanitize_sizes": "a list of tables",
+               "distributions": "a list of strings"}
 FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
                 "includes": "a list of strings", "math": "a string", "params": "a table", "constraints": "a list of tables"}
 MATH = ("tf32",)  # a variant's arithmetic where it is not its dtype's: spec.py's tolerance(..., math=) bounds it
-SIZE_KEYS = {"default": "an integer", "max": "an integer", "help": "a string"}
+SIZE_KEYS = {"default": "an integer", "max": "an integer", "help": "a string", "draw": "a list"}
 PARAM_KEYS = {"default": "an integer or a string", "choices": "a list", "min": "an integer", "max": "an integer",
               "help": "a string"}
 VALUES_KEYS = {"size": "a string", "help": "a string"}
@@ -139,6 +140,8 @@ class Family:
     grade_dtypes: tuple[str, ...] = ()  # what kplay check grades (empty: every dtype)
     sanitize_sizes: tuple[dict, ...] = ()  # small sizes kplay check runs memcheck and racecheck at (empty: test_sizes)
     forms: tuple[str, ...] = ()  # FORMS the op takes: the check runs the requested size in each
+    distributions: tuple[str, ...] = ()  # data.DISTRIBUTIONS its data is drawn from (none: as spec.py makes it)
+    size_draw: dict[str, tuple[int, int]] = field(default_factory=dict)  # a size's range for the drawn sizes
 
     @property
     def devices(self) -> list[str]:
@@ -301,9 +304,9 @@ def load_family(path: Path) -> Family:
         raise UsageError(f"{toml}: {e}") from None
 
 
-def _sizes(raw: dict) -> tuple[dict, dict, dict]:
-    """[sizes]: `n = 10_000_000`, or `n = { default = 10_000_000, max = 10**9, help = "elements" }`:
-    (defaults, help, maxima)."""
+def _sizes(raw: dict) -> tuple[dict, dict, dict, dict]:
+    """[sizes]: `n = 10_000_000`, or `n = { default = 10_000_000, max = 10**9, help = "elements", draw = [2, 65537] }`:
+    (defaults, help, maxima, the ranges its drawn sizes come from)."""
     tables = {k: v if isinstance(v, dict) else {"default": v} for k, v in raw.items()}
     for k, v in tables.items():
         if not re.fullmatch(r"[a-z][a-z0-9_]*", k):
@@ -313,8 +316,12 @@ def _sizes(raw: dict) -> tuple[dict, dict, dict]:
         check_keys(f"[sizes] {k}: ", v, SIZE_KEYS)
         if v.get("max", v["default"]) < v["default"]:
             raise ValueError(f"[sizes] {k}: max = {v['max']!r} must be at least the default")
+        low_high = v.get("draw", [1, 1])
+        if len(low_high) != 2 or not all(isinstance(b, int) and b >= 1 for b in low_high) or low_high[0] > low_high[1]:
+            raise ValueError(f"[sizes] {k}: draw = {low_high!r}: expected [low, high], whole numbers, 1 <= low <= high")
     return ({k: v["default"] for k, v in tables.items()}, {k: v.get("help", "") for k, v in tables.items()},
-            {k: v["max"] for k, v in tables.items() if "max" in v})
+            {k: v["max"] for k, v in tables.items() if "max" in v},
+            {k: tuple(v["draw"]) for k, v in tables.items() if "draw" in v})
 
 
 def _values(raw: dict, sizes: dict) -> dict:
@@ -361,7 +368,7 @@ def _exercise(raw: bool | dict) -> bool | dict:
 
 def _family(path: Path, raw: dict) -> Family:
     check_keys("", raw, FAMILY_KEYS)
-    sizes, size_help, size_max = _sizes(raw.get("sizes", {}))
+    sizes, size_help, size_max, size_draw = _sizes(raw.get("sizes", {}))
     dtypes = tuple(raw.get("dtypes", ["float32"]))
     for dtype in dtypes:
         if dtype not in DTYPES:
@@ -394,7 +401,16 @@ def _family(path: Path, raw: dict) -> Family:
         grade_dtypes=tuple(raw.get("grade_dtypes", ())),
         sanitize_sizes=_test_sizes(raw.get("sanitize_sizes", []), sizes),
         forms=_forms(raw.get("forms", [])),
+        distributions=_distributions(raw.get("distributions", [])),
+        size_draw=size_draw,
     )
+
+
+def _distributions(raw: list) -> tuple[str, ...]:
+    for name in raw:
+        if name not in data.DISTRIBUTIONS:
+            raise ValueError(f"distributions: unknown distribution '{name}'; valid: {', '.join(data.DISTRIBUTIONS)}")
+    return tuple(dict.fromkeys(raw))
 
 
 def _forms(raw: list) -> tuple[str, ...]:

@@ -32,6 +32,8 @@ HOOKS = {
     "from_stdout": (False, ("text", "..."), "the output, from what the kernel printed"),
     "extra": (False, ("ops", "variant", "inputs"), "more verdicts, e.g. gradcheck"),
     "probe": (False, ("inputs", "dtype", "gen"), "the main inputs, changed where position matters"),
+    "update": (False, ("ref", "where", "old", "new", "..."),
+               "the reference once the data changed at flat places `where` from old to new (linear in the data)"),
 }
 CONSTANTS = ("BASELINE", "BASELINES", "OUTPUTS", "WALL_CLOCK")
 
@@ -54,6 +56,7 @@ class Spec:
     from_stdout: Callable | None
     extra: Callable
     probe: Callable | None  # also checked at the requested size: catches a kernel that skips part of its input
+    update: Callable | None  # the reference after the timing changed a few elements of the data (None: computed again)
     outputs: tuple[str, ...]  # names of the outputs, for the mismatch report
     wall_clock: bool  # tiny ops: on a GPU, also time each call on a synchronized wall clock
 
@@ -145,7 +148,7 @@ def from_module(family: str, module, declared: tuple[str, ...] = ()) -> Spec:
             raise UsageError(f"{family}: spec.py has no {name}({_shown(args)}): {what}")
     call = hooks["call"]
     own = {h: _own(getattr(module, "__file__", "spec.py"), h, hooks.get(h))
-           for h in ("reference", "tolerance", "probe", "output_like")}  # the spec's code alone, not the kernel
+           for h in ("reference", "tolerance", "probe", "output_like", "update")}  # the spec's code alone, not the kernel
     return Spec(
         family=family, make_inputs=hooks["make_inputs"], reference=own["reference"],
         tolerance=own["tolerance"], call=call,
@@ -153,7 +156,7 @@ def from_module(family: str, module, declared: tuple[str, ...] = ()) -> Spec:
         timings=hooks.get("timings", one_step), baselines=_baselines(family, module, hooks, declared),
         traffic=hooks.get("traffic"), flops=hooks.get("flops"), output_like=own["output_like"],
         from_stdout=hooks.get("from_stdout"), extra=hooks.get("extra", lambda ops, variant, inputs: {}),
-        probe=own["probe"],
+        probe=own["probe"], update=own["update"],
         outputs=tuple(getattr(module, "OUTPUTS", ())), wall_clock=bool(getattr(module, "WALL_CLOCK", False)),
     )
 

@@ -44,11 +44,11 @@ def sources(folder: Path) -> tuple[str, str, dict]:
 SUFFIXES = (".toml", ".py", ".cpp", ".cu", ".h", ".cuh", ".hpp")  # what `run --pool` sends of a kernel folder
 
 
-def check(folder: Path, token_file: Path, timeout: float, sanitize: bool) -> dict:
+def check(folder: Path, token_file: Path, timeout: float, sanitize: bool, seed: int | None = None) -> dict:
     """The record the pool graded (its worker named in "worker"); the pool's refusal as a one-line error."""
     family, variant, files = sources(folder)
     return _post(token(token_file), "/check", {"family": family, "variant": variant, "files": files,
-                                               "timeout": timeout, "sanitize": sanitize})["record"]
+                                               "timeout": timeout, "sanitize": sanitize, "seed": seed})["record"]
 
 
 def run(req, token_file: Path) -> dict:

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..family.request import MAX_SEED
 from .cluster import write_whole
 
 MAX_BYTES = 1 << 20  # a submission's whole body
@@ -78,7 +79,8 @@ def submission(body: dict) -> tuple:
     return fam, v, body["files"]
 
 
-def grade_files(family: str, variant: str, files: dict, student: str, timeout: float, sanitize: bool) -> dict:
+def grade_files(family: str, variant: str, files: dict, student: str, timeout: float, sanitize: bool,
+                seed: int | None = None) -> dict:
     """On a worker: the exercise started afresh in a temporary folder, the student's files written over its
     starter, graded as `kplay check` grades (each kernel in kplay's child process); the worker named."""
     from ..core.errors import KplayError
@@ -95,7 +97,7 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
             (folder / name).write_text(text)
         try:
             rec = exercise.grade(folder, "cuda" if v.device == "cuda" else "cpu", student, lambda *a, **k: None,
-                                 timeout, sanitize)
+                                 timeout, sanitize, seed)
         except KplayError as e:
             rec = unusable(folder, student, e)
     return rec | {"worker": _worker_name()}
@@ -213,8 +215,12 @@ class Endpoint:
         student = self.student(body.get("token"))
         fam, v, files = submission(body)
         timeout = min(float(body.get("timeout") or 120.0), 600.0)
+        seed = body.get("seed")
+        if seed is not None and not (isinstance(seed, int) and 0 <= seed <= MAX_SEED):
+            raise ValueError(f"seed {seed!r}: give a whole number from 0 to 2^62, or none")
         with self.turn(student):
-            rec = self.submit(grade_files, (fam.name, v.name, files, student, timeout, bool(body.get("sanitize", True))),
+            rec = self.submit(grade_files, (fam.name, v.name, files, student, timeout, bool(body.get("sanitize", True)),
+                                            seed),
                               f"grade {student} {fam.name}/{v.name}", v.device == "cuda")
         self.save(student, fam.name, v.name, rec)
         return rec

@@ -267,7 +267,7 @@ def _notes(r: dict) -> list:
             out.append(Text(f"{v['variant']}: {key} {value}", style="dim" if value != "FAIL" else "red"))
     stats = first["time"] or next((b["time"] for b in r["baselines"].values()), None)
     if stats:
-        inputs = f" on {r['inputs_timed']} seeded inputs" if r.get("inputs_timed", 0) > 1 else ""
+        inputs = f" on {r['inputs_timed']} copies changed before each call" if r.get("inputs_timed", 0) > 1 else ""
         out.append(Text(f"timing: {stats['method']}, {stats['samples']} samples, contenders taking turns{inputs}",
                         style="dim"))
         out += _waited(r) + _clocks(stats)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from ..family import data
 from ..family import spec as specs
-from .check import as_tuple, make_inputs
+from .check import as_tuple
 
 # The timed inputs together exceed this where memory allows: on a GPU any L2 (the H200's is 50 MB); on a CPU
 # 64 MB (a laptop's last-level cache is 8-36 MB), or four times the last-level cache where Linux says more.
@@ -16,17 +17,19 @@ POOL_MAX = 8  # but there are never more than this many (each costs a make_input
 
 
 def pool(spec, req, main, dtype, device, nbytes, contenders: int, alive=lambda: None) -> list:
-    """The inputs the timed calls take turns on: `main` and more seeded ones, so that no two consecutive calls
-    see the same pointer or the same data (a result cached by pointer or by content does not pay). Their
-    count does not divide the contenders' (see timing._turns), and takes a quarter of the free memory at most."""
+    """The inputs the timed calls take turns on: `main` and copies of it, so that no two consecutive calls see
+    the same pointer (TimedOutputs.change makes their contents differ before every call). Their count does
+    not divide the contenders' (see timing._turns), and takes a quarter of the free memory at most."""
+    import torch
+
     target = POOL_BYTES[device] if device == "cuda" else max(POOL_BYTES["cpu"], 4 * _last_level_cache())
     want = max(3, min(POOL_MAX, -(-target // max(nbytes, 1))))
     want = next(k for k in range(want, want + contenders + 1) if contenders % k)
     count = max(1, min(want, _free_bytes(device) // 4 // max(nbytes, 1)))
     made = [main]
-    for k in range(1, count):
-        made.append(make_inputs(spec, req.sizes, dtype, device, req.seed + 1000 + k))
-        alive()  # each input takes a while at 1e8: --timeout bounds a call, not this
+    for _ in range(1, count):
+        made.append(tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in main))
+        alive()  # each copy takes a while at 1e8: --timeout bounds a call, not this
     return made
 
 
@@ -76,15 +79,42 @@ def deviation(out, ref):
 class TimedOutputs:
     """Every timed call's output against the reference of its own input, kept on the device during the timing
     (no sync inside the loop) and judged after it: a result cached from another call, or work still running
-    when the output was read, fails."""
+    when the output was read, fails. Before every timed call (change), untimed, a few elements of that input's
+    data take new values at places drawn anew, and its reference follows: a result kept by pointer, by size or
+    by a sample of the values is stale on every call."""
 
-    def __init__(self, spec, pool: list, dtype, alive=lambda: None, maths: dict | None = None):
-        self.names, self.expected, self.maths = spec.outputs, [], maths or {}  # variant -> its math ("tf32")
-        for x in pool:
-            tols = {m: as_tuple(specs.tolerance_for(spec, x, dtype, m)[0]) for m in {"", *self.maths.values()}}
-            self.expected.append((spec.reference(*x), tols))
-            alive()
+    CHANGED = 8  # elements changed before each call
+
+    def __init__(self, spec, pool: list, dtype, seed: int, alive=lambda: None, maths: dict | None = None):
+        import torch
+
+        self.spec, self.pool, self.names, self.maths = spec, pool, spec.outputs, maths or {}  # variant -> "tf32"
+        tols = {m: as_tuple(specs.tolerance_for(spec, pool[0], dtype, m)[0]) for m in {"", *self.maths.values()}}
+        ref = spec.reference(*pool[0])  # the copies' contents are the same until they change
+        alive()
+        self.expected = [(ref, tols) for _ in pool]
+        self.data = data.data_index(pool[0])
+        self.gen = torch.Generator().manual_seed(seed + 7)
         self.seen: dict = {}  # (variant, step) -> [(input k, deviation)]
+
+    def change(self, k: int) -> None:
+        """timing.bench's `before`: new values (taken from other places of the same data, plus one where that
+        is no change) at CHANGED places of input k's data, and its reference brought up to date: by the
+        spec's update where it has one (a family linear in its data), else computed again."""
+        import torch
+
+        if self.data is None or not self.pool[k][self.data].is_contiguous():
+            return
+        inputs = self.pool[k]
+        flat = inputs[self.data].view(-1)
+        picks = torch.randint(flat.numel(), (2, self.CHANGED), generator=self.gen).to(flat.device)
+        where = picks[0].unique()
+        old, new = flat[where], flat[picks[1][:len(where)]]
+        new = torch.where(new == old, new + 1, new)
+        flat[where] = new
+        ref, tols = self.expected[k]
+        ref = self.spec.update(ref, where, old, new, *inputs) if self.spec.update else self.spec.reference(*inputs)
+        self.expected[k] = ref, tols
 
     def observe(self, key: tuple, k: int, out) -> None:
         """timing.bench's observer: key is (kind, name, step); only variants are judged."""

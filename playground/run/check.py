@@ -13,6 +13,7 @@ import mmap
 from ..core import events
 from ..core.errors import KernelCrash, UsageError
 from ..core.record import CHANGED, Check
+from ..family import data
 from ..family import spec as specs
 from ..family.render import in_sources
 
@@ -94,28 +95,31 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
                   on_event=events.ignore) -> tuple[Check, str, dict]:
     """Every case (_cases), on poisoned memory, in order, then the requested size in reused memory, then the
     spec's own verdicts (gradcheck): the merged Check, what the requested size printed, those verdicts."""
-    checks, shown, main_label = [], "", case_label(fam, req.sizes)
+    checks, shown, main_label = [], "", case_label(fam, req.sizes, main_distribution(fam))
     math = fam.variants[name].math  # tf32: the tolerance of float32 inputs rounded to TF32
-    alive = lambda: on_event(events.ALIVE)
+    alive = lambda: on_event(events.CALL)  # noqa: E731
+    returned = lambda: on_event(events.RETURNED)  # noqa: E731
     expected = {}  # the requested size's reference, tolerance and copy, which its forms of the same shapes share
     try:
         for label, make, kind in _cases(spec, fam, req, main, dtype, device):
-            guarded = kind == "test" and device == "cpu" and req.read_only
+            guarded = kind != "form" and device == "cpu" and req.read_only  # a form keeps its layout
             on_event(events.CHECK, variant=name, case=label, read_only=guarded)
             with Guarded(make(), guarded) as zones:
                 same = kind == "main" or kind == "form" and _shapes(zones.inputs) == _shapes(main)
                 check, stdout = _one(spec, ops, name, zones.inputs, dtype, label, alive, expected if same else {},
-                                     math)
+                                     math, returned)
             checks.append(check.failing([f"{label}: {zones.overrun}"]) if zones.overrun else check)
             shown = stdout if label == main_label else shown  # what the requested size printed
         if "values" not in req.sizes:
             on_event(events.CHECK, variant=name, case=main_label + " reused")
             main_ok = all(c.ok for c in checks if c.cases == [main_label])  # fresh memory, this size
-            reused = _reused(spec, ops, name, main, dtype, main_label, main_ok, alive, math)
+            reused = _reused(spec, ops, name, main, dtype, main_label, main_ok, alive, math, returned)
             checks += [reused] if reused else []
     except KernelCrash as e:
         raise KernelCrash(in_sources(str(e), fam, fam.variants[name])) from None
+    alive()  # the spec's own verdicts (gradcheck) call the kernel too
     check, extra = merge(checks), spec.extra(ops, name, main)
+    returned()
     failing = [f"{k}: FAIL" for k, val in extra.items() if val == "FAIL"]
     return (check.failing(failing) if failing else check), shown, extra
 
@@ -124,7 +128,8 @@ REUSED = ("the same memory with new values gave a wrong answer: a result kept fr
           "(cached by its pointer, or by a sample of its values), or work still running on another stream?")
 
 
-def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool, alive, math: str = "") -> Check | None:
+def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool, alive, math: str = "",
+            returned=lambda: None) -> Check | None:
     """The requested size in memory the kernel has seen before, its floating-point values negated in place
     (the first and the last kept): a result cached by pointer, or by a hash of a few elements, is stale
     here and fails, with the likely causes first where the same size passed in fresh memory (`fresh_ok`).
@@ -144,35 +149,53 @@ def _reused(spec, ops, variant, main, dtype, label, fresh_ok: bool, alive, math:
         return failed(first_line(e), "", case)
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
+    returned()
     for x in floats:  # in place: the same pointer, the same first and last elements
         x.view(-1)[1:-1].neg_()
-    check, _ = _one(spec, ops, variant, inputs, dtype, case, alive, math=math)
+    check, _ = _one(spec, ops, variant, inputs, dtype, case, alive, math=math, returned=returned)
     if check.ok or not fresh_ok:
         return check
     return dataclasses.replace(check, mismatches=[f"{case}: {REUSED}", *check.mismatches])
 
 
-def case_label(fam, sizes: dict) -> str:
-    """'n=1025', 'batch=1 features=32 state=128': a case by its sizes."""
-    return " ".join(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes)
+def case_label(fam, sizes: dict, distribution: str | None = None) -> str:
+    """'n=1025 uniform', 'batch=1 features=32 state=128': a case by its sizes and its data's distribution."""
+    return " ".join([*(f"{k}={v}" for k, v in sizes.items() if k in fam.sizes), *([distribution] if distribution else [])])
+
+
+def main_distribution(fam) -> str | None:
+    """The requested size's data: the family's first distribution (None: as spec.py makes it)."""
+    return fam.distributions[0] if fam.distributions else None
 
 
 def _cases(spec, fam, req, main, dtype, device):
-    """(label, inputs maker, kind): each test size ("test"), the requested size (inputs `main`, "main") in each
-    of the family's forms ("form": the same values), and its probe ("probe") if the spec has one."""
+    """(label, inputs maker, kind): each test size ("test"): the family's, then three drawn from the seed
+    (data.drawn_sizes), each with a distribution of the family's (all of them taken); the requested size
+    (inputs `main`, "main") and each of the family's forms of it ("form": the same values); its probe
+    ("probe"), on data of a non-zero mean where the family has one."""
     import torch
 
-    tests = fam.test_sizes if req.test_sizes is None else req.test_sizes
-    for test in ([] if "values" in req.sizes else tests):
+    values = "values" in req.sizes
+    tests = [] if values else list(fam.test_sizes if req.test_sizes is None else req.test_sizes)
+    if not values and req.test_sizes is None:
+        tests += data.drawn_sizes({k: v for k, v in req.sizes.items() if k in fam.sizes}, fam.size_draw, req.seed)
+    names = fam.distributions
+    dists = data.assign(len(tests), names, req.seed) if names else [None] * len(tests)
+    for test, dist in zip(tests, dists):
         sizes = {**req.sizes, **test}
-        yield case_label(fam, sizes), lambda sizes=sizes: make_inputs(spec, sizes, dtype, device, req.seed), "test"
-    yield case_label(fam, req.sizes), lambda: main, "main"
-    for form in () if "values" in req.sizes else fam.forms:  # the same values, laid out another way
+        yield (case_label(fam, sizes, dist), lambda sizes=sizes, dist=dist: make_inputs(spec, sizes, dtype, device,
+                                                                                        req.seed, dist), "test")
+    main_label = case_label(fam, req.sizes, main_distribution(fam))
+    yield main_label, lambda: main, "main"
+    for form in () if values else fam.forms:  # the same values, laid out another way
         if form != "2-D" or _rows(main):  # made when its case runs: one form's copy in memory at a time
-            yield f"{case_label(fam, req.sizes)} {form}", lambda form=form: _in_form(main, form), "form"
-    if spec.probe and "values" not in req.sizes:  # the same size, changed where each element's position matters
+            yield f"{main_label} {form}", lambda form=form: _in_form(main, form), "form"
+    if spec.probe and not values:  # the same size, changed where each element's position matters
         gen = torch.Generator().manual_seed(req.seed + 1)
-        yield case_label(fam, req.sizes) + " probed", lambda: spec.probe(main, dtype, gen), "probe"
+        other = data.nonzero_mean(names)  # a skipped element costs its mean: zero-mean data hides it
+        base = (lambda: make_inputs(spec, req.sizes, dtype, device, req.seed + 2, other)) if other else lambda: main
+        label = case_label(fam, req.sizes, other or main_distribution(fam))
+        yield label + " probed", lambda: spec.probe(base(), dtype, gen), "probe"
 
 
 GUARD = 1024  # poisoned elements either side of each input at the test sizes
@@ -268,13 +291,15 @@ def _rows(inputs) -> int | None:
     return next((k for k in (4, 3, 2) if x is not None and x.dim() == 1 and x.numel() % k == 0 and x.numel() > k), None)
 
 
-def make_inputs(spec, sizes, dtype, device, seed):
-    """Seeded inputs, made on the CPU (the same numbers on every device), then moved."""
+def make_inputs(spec, sizes, dtype, device, seed, distribution: str | None = None):
+    """Seeded inputs, made on the CPU (the same numbers on every device), then moved; the data drawn from
+    `distribution` (data.DISTRIBUTIONS) where one is named."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     try:
         made = spec.make_inputs(sizes, dtype, "cpu", gen)
+        made = data.with_distribution(made, distribution, gen) if distribution else made
         return tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in made)
     except ValueError as e:
         raise UsageError(str(e)) from None
@@ -286,11 +311,11 @@ def make_inputs(spec, sizes, dtype, device, seed):
 
 
 def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, expected=None,
-         math: str = "") -> tuple[Check, str]:
+         math: str = "", returned=lambda: None) -> tuple[Check, str]:
     """Run the variant once on poisoned memory and compare; the input must come back unchanged. alive() is
-    called just before the call: --timeout bounds the call, not the reference's time before it. `expected`
-    keeps the reference, the tolerance and the inputs' copy for the next case of the same values and shapes
-    (the first computes them)."""
+    called just before the call and returned() once it has finished: --timeout bounds the call, not the
+    reference, the tolerance or the copies around it. `expected` keeps the reference, the tolerance and the
+    inputs' copy for the next case of the same values and shapes (the first computes them)."""
     import torch
 
     from ..core.capture import stdout_fd
@@ -312,6 +337,7 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, 
         return failed(first_line(e), source, case), printed.text
     except Exception as e:
         raise KernelCrash(f"{variant} raised at {case}: {first_line(e)}") from None
+    returned()
     if spec.from_stdout:
         try:
             out = spec.from_stdout(printed.text, *inputs)
@@ -322,9 +348,8 @@ def _one(spec, ops, variant: str, inputs, dtype, case: str, alive=lambda: None, 
     result = compare(out, ref, tol, source, case, spec.outputs)
     if cuda and not result.ok and moved(out, made):
         result = dataclasses.replace(result, mismatches=[f"{case}: {LATE}", *result.mismatches])
-    for k in _changed(before, inputs):
-        result = failed(f"input {k} {CHANGED} (it must not write its input)", source, case)
-    return result, printed.text
+    changed = [failed(f"input {k} {CHANGED} (it must not write its input)", source, case) for k in _changed(before, inputs)]
+    return (changed[-1] if changed else result), printed.text
 
 
 def _expect(spec, inputs, dtype, expected: dict, math: str = "") -> tuple:

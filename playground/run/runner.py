@@ -20,7 +20,7 @@ from . import audit as trust
 from . import contention as neighbours
 from . import lock as lease
 from . import timing
-from .check import check_variant, first_line, make_inputs
+from .check import check_variant, first_line, main_distribution, make_inputs
 from .timing import as_pair
 
 
@@ -71,7 +71,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
         result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
                            warnings=[*req.warnings, *unused])
         dtype = getattr(torch, req.dtype)
-        main = make_inputs(spec, req.sizes, dtype, device, req.seed)
+        main = make_inputs(spec, req.sizes, dtype, device, req.seed, main_distribution(fam))
         _check_all(spec, fam, req, result, built, main, dtype, on_event)
     if fam.bench and req.bench:
         with lease.held(key, exclusive=True, on_wait=waiting) as waited:
@@ -124,12 +124,12 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     flops = spec.flops(req.sizes) if spec.flops else 0
     alive = _heartbeat(on_event)
     pool = trust.pool(spec, req, main, dtype, device, nbytes, _contenders(spec, ops, baselines, main), alive)
-    steps = {("variant", v): [spec.timings(spec.function(ops[v], v), x) for x in pool] for v in ops}
-    steps |= {("baseline", b): [spec.timings(fn, x) for x in pool] for b, fn in baselines.items()}
-    fns = {(*who, label): [s[label] for s in each] for who, each in steps.items() for label in each[0]}
+    functions = {("variant", v): spec.function(ops[v], v) for v in ops} | {("baseline", b): fn for b, fn in baselines.items()}
+    steps = {who: [spec.timings(fn, x) for x in pool] for who, fn in functions.items()}
     maths = {v: var.math for v, var in req.load_family().variants.items() if v in ops}  # tf32: its own tolerance
-    outputs = trust.TimedOutputs(spec, pool, dtype, alive, maths)
-    stats, walls = _bench(spec, req, fns, device, lambda *seen: (outputs.observe(*seen), alive()))
+    outputs = trust.TimedOutputs(spec, pool, dtype, req.seed, alive, maths)
+    fns, change = _changing(spec, pool, functions, steps, outputs.change)
+    stats, walls = _bench(spec, req, fns, device, lambda *seen: (outputs.observe(*seen), alive()), change)
     result.traffic, result.flops = nbytes or None, flops or None
     result.copy_gbps = copy_bandwidth(device) if nbytes and device == "cuda" else None
     result.inputs_timed = len(pool)
@@ -147,6 +147,26 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     _judge(spec, result, outputs, peak)
     if device == "cuda":
         launches(result, {who: each[0] for who, each in steps.items()})  # the steps on the requested input
+
+
+def _changing(spec, pool: list, functions: dict, steps: dict, change) -> tuple[dict, object]:
+    """The timed steps, {(kind, name, label): [(prepare, run) per input]}, and what runs before each timed call:
+    change(k). A spec's own timings may copy the inputs into its steps once (lltm's leaves): its steps are made
+    again from the changed input after every change, and each call goes through the latest."""
+    if spec.timings is specs.one_step:
+        return {(*who, label): [s[label] for s in each] for who, each in steps.items() for label in each[0]}, change
+
+    def remade(k: int) -> None:
+        change(k)
+        for who, fn in functions.items():
+            steps[who][k] = spec.timings(fn, pool[k])
+
+    def latest(who, k, label):
+        return (lambda: steps[who][k][label][0](), lambda *args: steps[who][k][label][1](*args))
+
+    fns = {(*who, label): [latest(who, k, label) for k in range(len(pool))] for who, each in steps.items()
+           for label in each[0]}
+    return fns, remade
 
 
 def _judge(spec, result: RunResult, outputs, peak) -> None:
@@ -179,16 +199,16 @@ def launches(result: RunResult, steps: dict) -> None:
         result.warnings.append(f"kernel launches not profiled: {first_line(e)}")
 
 
-def _bench(spec, req, fns: dict, device: str, observe) -> tuple[dict, dict]:
+def _bench(spec, req, fns: dict, device: str, observe, before) -> tuple[dict, dict]:
     """Tiny ops (WALL_CLOCK): the host's overhead matters, so each call is timed warm, after one of its
     own (as in a model that runs the op step after step), from an idle GPU (the events then include
     the host's path to the first kernel), and also on a synchronized wall clock."""
     from .timing import bench
 
     try:
-        stats = bench(fns, device, budget_s=req.budget_s, warm=spec.wall_clock, observe=observe)
-        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True,
-                      observe=observe) if device == "cuda" and spec.wall_clock else {}
+        stats = bench(fns, device, budget_s=req.budget_s, warm=spec.wall_clock, observe=observe, before=before)
+        walls = bench(fns, device, budget_s=req.budget_s, wall=True, warm=True, observe=observe,
+                      before=before) if device == "cuda" and spec.wall_clock else {}
     except Exception as e:  # a kernel that passed the check and fails when timed
         raise KernelCrash(f"{req.family} failed while timing: {first_line(e)}") from None
     return stats, walls

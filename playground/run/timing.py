@@ -20,14 +20,16 @@ IDLE = ", from an idle GPU"  # said only where NVML saw no other process on the 
 HOLD_S = (50e-6, 1e-3)  # the GPU spins this long at least (and at most) before each timed call: see _holder
 
 
-def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False,
-          warm: bool = False, observe: Callable | None = None, noise_target: float = NOISE_TARGET) -> dict[str, Stats]:
+def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False, warm: bool = False,
+          observe: Callable | None = None, noise_target: float = NOISE_TARGET,
+          before: Callable | None = None) -> dict[str, Stats]:
     """Time each function, taking turns so drift hits all alike; on CUDA with events (or a synced wall clock).
 
     A (prepare, run) pair times run(*prepare()) alone (a backward needs a fresh graph, untimed); a list of
     them is one contender on several inputs (_turns), and observe(name, k, output) sees every timed call's
-    output, untimed. warm (host-bound ops): each sample follows an untimed call of its own, from an idle
-    GPU, no L2 flush. Sampling stops when every noise is below noise_target, or the budget is spent.
+    output, untimed, and before(k) runs, untimed, just before every timed call on input k (it may change
+    the input). warm (host-bound ops): each sample follows an untimed call of its own, from an idle GPU, no
+    L2 flush. Sampling stops when every noise is below noise_target, or the budget is spent.
     """
     fns = {k: [as_pair(p) for p in f] if isinstance(f, list) else [as_pair(f)] for k, f in fns.items()}
     cuda = device == "cuda"
@@ -44,7 +46,8 @@ def bench(fns: dict, device: str, budget_s: float = 0.3, wall: bool = False,
         mhz = clock.read() if clock else None
         for j, (name, pairs) in enumerate(fns.items()):
             k = turn(rounds, j) % len(pairs)
-            seconds, host, out = _turn(*pairs[k], warm, cuda, events, flush)
+            ready = (lambda k=k: before(k)) if before and name != EMPTY else None
+            seconds, host, out = _turn(*pairs[k], warm, cuda, events, flush, ready)
             samples[name].append((seconds, host, mhz))
             if observe and name != EMPTY:
                 observe(name, k, out)
@@ -92,16 +95,17 @@ def _enough(rounds: int, spent: float, budget_s: float, samples: dict, noise_tar
     return rounds >= MAX_SAMPLES or (rounds >= MIN_SAMPLES and (spent >= budget_s or quiet)) or (rounds >= 5 and spent >= 20 * budget_s)
 
 
-def _turn(prepare, run, warm: bool, cuda: bool, events: bool, flush):
-    """One contender's timed call (after an untimed one of its own when warm)."""
+def _turn(prepare, run, warm: bool, cuda: bool, events: bool, flush, ready=None):
+    """One contender's timed call (after an untimed one of its own when warm); ready() just before it."""
     import torch
 
-    args = prepare()
     if warm:
-        run(*args)
-        args = prepare()
-        if cuda:
-            torch.cuda.synchronize()
+        run(*prepare())
+    if ready:
+        ready()
+    args = prepare()
+    if warm and cuda:
+        torch.cuda.synchronize()
     return _one(run, args, cuda, events, flush)
 
 

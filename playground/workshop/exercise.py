@@ -100,18 +100,23 @@ def graded(fam: registry.Family) -> list[str]:
     return sorted(chosen, key=lambda d: d != fam.dtypes[0])
 
 
-def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0, sanitize: bool = True) -> dict:
+def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0, sanitize: bool = True,
+          seed: int | None = None) -> dict:
     """Run the folder's variant through the child (`kplay run`'s path) at every graded dtype, timed at the first,
     and score it; a build error, a crash or a timeout is that dtype's one failed case. A CUDA kernel that passed
-    is then run under memcheck and racecheck (`sanitize`), each one more case."""
+    is then run under memcheck and racecheck (`sanitize`), each one more case. With no seed, a fresh one: the
+    drawn sizes and data are then nothing a kernel can know; the record keeps it (--seed grades the same)."""
+    import secrets
+
     from ..child import spawn as isolate
     from ..family import request
 
     ex, fam = table(folder), registry.load_family(folder)
+    seed = secrets.randbelow(1 << 31) if seed is None else seed
     parts = []
     for k, dtype in enumerate(graded(fam)):
         req = request.make(str(folder.resolve()), device=device, variant=ex["variant"], dtype=dtype, bench=k == 0,
-                           timeout=timeout, one_baseline=True)  # the rank's baseline: not lltm's torch.compile too
+                           timeout=timeout, one_baseline=True, seed=seed)  # one baseline: not lltm's torch.compile too
         try:
             parts.append(_part(dtype, isolate.run(req, on_event)))
         except UsageError:
@@ -120,7 +125,7 @@ def grade(folder: Path, device: str, name: str | None, on_event, timeout: float 
             parts.append(_fatal(dtype, e, timeout))
             if parts[-1]["failures"].keys() & {"build", "timeout"}:
                 break  # the same source fails to build at every dtype; a hang costs its timeout once
-    rec = record(parts, ex, name or student(folder))
+    rec = record(parts, ex, name or student(folder)) | {"seed": seed}
     if sanitize and rec["passed"] == rec["checked"] and rec["run"].get("device") == "cuda":
         rec = with_sanitizers(rec, _sanitized(folder, ex, fam, parts[0]["dtype"], on_event, timeout))
     return rec
