@@ -59,7 +59,7 @@ def checked(tmp_path_factory):
         assert invoke("start", "print_array/cpp", root / name).exit_code == 0
         if source:
             (root / name / "print_array.cpp").write_text(source)
-        result = invoke("check", root / name, "--device", "cpu", "--json", "--name", name)
+        result = invoke("check", root / name, "--device", "cpu", "--json", "--name", name, "--seed", "0")
         (root / f"{name}.json").write_text(result.stdout)
         out.append(root / f"{name}.json")
     return out

@@ -88,16 +88,16 @@ def students(class_pool, tmp_path_factory):
 def test_six_students_at_once_are_graded_as_a_local_check_would(class_pool, students):
     p, _ = class_pool
     got = {}
-    threads = [threading.Thread(target=lambda n=n, f=f, t=t: got.update({n: remote.check(f, t, 120, True)}))
+    threads = [threading.Thread(target=lambda n=n, f=f, t=t: got.update({n: remote.check(f, t, 120, True, seed=7)}))
                for n, (f, t) in students.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
-    local = {k: exercise.grade(students[n][0], "cpu", n, lambda *a, **kw: None) for k, n in ((0, "ada"), (1, "bob"))}
+    local = {k: exercise.grade(students[n][0], "cpu", n, lambda *a, **kw: None, seed=7) for k, n in ((0, "ada"), (1, "bob"))}
     for k, name in enumerate(students):
         rec, here = got[name], local[k % 2]
-        assert (rec["student"], rec["passed"], rec["checked"]) == (name, here["passed"], here["checked"])
+        assert (rec["student"], rec["passed"], rec["checked"], rec["seed"]) == (name, here["passed"], here["checked"], 7)
         assert rec["worker"].startswith(socket.gethostname()) and " CPU " in rec["worker"]
         assert json.loads((p.results / name / "sum-cpp.json").read_text())["passed"] == rec["passed"]
     assert here["passed"] < here["checked"] and local[0]["passed"] == local[0]["checked"]
@@ -108,11 +108,11 @@ def test_six_students_at_once_are_graded_as_a_local_check_would(class_pool, stud
 
 def test_the_cli_prints_what_a_local_check_prints_and_the_worker(class_pool, students):
     folder, token = students["ada"]
-    pooled, local = kplay("check", folder, "--pool", token), kplay("check", folder, "--name", "ada")
+    pooled, local = kplay("check", folder, "--pool", token, "--seed", 3), kplay("check", folder, "--name", "ada", "--seed", 3)
     assert pooled.returncode == local.returncode == 0, pooled.stderr
     last = lambda text: [line.split(" · ")[0] for line in text.splitlines() if "cases passed" in line]  # noqa: E731
     assert last(pooled.stdout) == last(local.stdout) != []
-    assert "graded on the pool's" in pooled.stdout and "as ada" in pooled.stdout
+    assert "graded on the pool's" in pooled.stdout and "as ada" in pooled.stdout and "drawn at seed 3" in pooled.stdout
 
 
 def test_a_worker_killed_mid_grade_the_grade_finishes_on_the_other(class_pool, students):

@@ -59,7 +59,7 @@ def test_known_wrong_kernels_fail_as_they_say(kplay, tmp_path, family, entry):
 
 
 @pytest.mark.parametrize("family, entry", list(_known_wrong(every_seed=True)))
-def test_gamed_kernels_fail_at_every_seed(kplay, tmp_path, family, entry):
+def test_gamed_kernels_fail_at_seeds_0_to_9(kplay, tmp_path, family, entry):
     """Kernels written to pass a check whose sizes, data and timed inputs they could predict: listed sizes, a
     cache keyed on samples of the input, data recognised as randn, an element in 1e5 dropped, a write undone.
     Each fails at each of the seeds 0..9, as it says (timed where the timing is what finds it)."""
@@ -83,7 +83,7 @@ def _entry(family: str, name: str) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("device, cases", [
-    ("cpu", [(10**6, s) for s in range(10)] + [(10**8, 1)]),
+    ("cpu", [(10**6, s) for s in range(10)] + [(10**7, 1)]),
     pytest.param("cuda", [(10**9, s) for s in range(5)], marks=pytest.mark.cuda)])
 def test_skip_and_rescale_fails_at_every_seed(tmp_path, device, cases):
     """Certain, not likely: sum's probe spike is missed by at least 0.001 of its height (snippets/sum/spec.py)."""

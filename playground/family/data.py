@@ -67,12 +67,14 @@ def nonzero_mean(names) -> str | None:
     return next((n for n in names if DISTRIBUTIONS[n][1]), None)
 
 
-def drawn_sizes(sizes: dict, ranges: dict, seed: int) -> list[dict]:
-    """Three cases of sizes from the seed, beside the family's fixed ones: two with each size in its `draw`
-    range (SMALL where none is declared, never above the requested size), one with each size within the
-    requested one's decade (a tenth of it up to it). One size: none a multiple of 32; more: each odd."""
+def drawn_sizes(sizes: dict, ranges: dict, seed: int, taken=()) -> list[dict]:
+    """Three cases of sizes from the seed, beside the family's fixed ones (`taken`): two with each size in its
+    `draw` range (SMALL where none is declared, never above the requested size), one with each size within
+    the requested one's decade (a tenth of it up to it). One size: none a multiple of 32; more: each odd.
+    None is a case already taken (or the requested size); where a range is too small for that, fewer."""
     rng = random.Random(f"sizes {seed}")
     one = len(sizes) == 1
+    seen = [dict(sizes), *map(dict, taken)]
 
     def pick(lo: int, hi: int) -> int:
         lo, hi = max(1, min(lo, hi)), max(1, hi)
@@ -82,9 +84,16 @@ def drawn_sizes(sizes: dict, ranges: dict, seed: int) -> list[dict]:
         odd = value | 1
         return odd if odd <= hi else max(lo, odd - 2)
 
-    cases = [{k: pick(*_within(ranges.get(k, SMALL), v)) for k, v in sizes.items()} for _ in range(SMALL_DRAWS)]
-    cases.append({k: pick(max(1, math.ceil(v / 10)), v) for k, v in sizes.items()})
-    return cases
+    def new(bounds) -> dict | None:
+        for _ in range(20):
+            case = {k: pick(*bounds(k, v)) for k, v in sizes.items()}
+            if case not in seen:
+                seen.append(case)
+                return case
+        return None
+
+    small = [new(lambda k, v: _within(ranges.get(k, SMALL), v)) for _ in range(SMALL_DRAWS)]
+    return [c for c in [*small, new(lambda k, v: (max(1, math.ceil(v / 10)), v))] if c]
 
 
 def _within(bounds, requested: int) -> tuple[int, int]:

@@ -90,31 +90,35 @@ class TimedOutputs:
 
         self.spec, self.pool, self.names, self.maths = spec, pool, spec.outputs, maths or {}  # variant -> "tf32"
         tols = {m: as_tuple(specs.tolerance_for(spec, pool[0], dtype, m)[0]) for m in {"", *self.maths.values()}}
-        ref = spec.reference(*pool[0])  # the copies' contents are the same until they change
+        self.ref = spec.reference(*pool[0])  # the copies' contents are the same until they change
         alive()
-        self.expected = [(ref, tols) for _ in pool]
+        self.expected = [(self.ref, tols) for _ in pool]
         self.data = data.data_index(pool[0])
         self.gen = torch.Generator().manual_seed(seed + 7)
+        self.undo: dict = {}  # input k -> (places, their first values): each change starts from the copy
         self.seen: dict = {}  # (variant, step) -> [(input k, deviation)]
 
     def change(self, k: int) -> None:
-        """timing.bench's `before`: new values (taken from other places of the same data, plus one where that
-        is no change) at CHANGED places of input k's data, and its reference brought up to date: by the
-        spec's update where it has one (a family linear in its data), else computed again."""
+        """timing.bench's `before`: input k back as it was made, then new values (taken from other places of
+        the same data, plus one where that is no change) at CHANGED places drawn anew, and its reference
+        brought up to date: by the spec's update where it has one (a family linear in its data), else
+        computed again. The changes never add up: the data stays the data the tolerance was computed on."""
         import torch
 
         if self.data is None or not self.pool[k][self.data].is_contiguous():
             return
         inputs = self.pool[k]
         flat = inputs[self.data].view(-1)
+        if k in self.undo:
+            flat[self.undo[k][0]] = self.undo[k][1]
         picks = torch.randint(flat.numel(), (2, self.CHANGED), generator=self.gen).to(flat.device)
         where = picks[0].unique()
         old, new = flat[where], flat[picks[1][:len(where)]]
         new = torch.where(new == old, new + 1, new)
         flat[where] = new
-        ref, tols = self.expected[k]
-        ref = self.spec.update(ref, where, old, new, *inputs) if self.spec.update else self.spec.reference(*inputs)
-        self.expected[k] = ref, tols
+        self.undo[k] = where, old
+        ref = self.spec.update(self.ref, where, old, new, *inputs) if self.spec.update else self.spec.reference(*inputs)
+        self.expected[k] = ref, self.expected[k][1]
 
     def observe(self, key: tuple, k: int, out) -> None:
         """timing.bench's observer: key is (kind, name, step); only variants are judged."""

@@ -178,7 +178,8 @@ def _cases(spec, fam, req, main, dtype, device):
     values = "values" in req.sizes
     tests = [] if values else list(fam.test_sizes if req.test_sizes is None else req.test_sizes)
     if not values and req.test_sizes is None:
-        tests += data.drawn_sizes({k: v for k, v in req.sizes.items() if k in fam.sizes}, fam.size_draw, req.seed)
+        own = {k: v for k, v in req.sizes.items() if k in fam.sizes}
+        tests += data.drawn_sizes(own, fam.size_draw, req.seed, [{**own, **t} for t in tests])
     names = fam.distributions
     dists = data.assign(len(tests), names, req.seed) if names else [None] * len(tests)
     for test, dist in zip(tests, dists):
