@@ -140,44 +140,56 @@ def call(ops, variant, *inputs):
     return forward_backward(lltm_function(ops, variant), *inputs)
 
 
-LAMBDA = 5  # a k-term sum errs by more than LAMBDA·sqrt(k)·eps·Σ|terms| with probability ~exp(-LAMBDA²/2)
+LAMBDA = 5  # standard deviations: each product's rounding error stays under it with probability ~1 - 6e-7
+
+
+def product_error(a, b, exact):
+    """Per element of a @ b.T (k terms, exact: its value): LAMBDA standard deviations of its rounding error.
+    Each addition rounds its partial sum s by at most u, independently (Higham and Mary 2019): the error's
+    variance is u²/3·Σs², and Σs² is at most k·(Σt² + (Σt)²) over the terms t, in any order of adding."""
+    return LAMBDA * math.sqrt(a.shape[1] / 3) * ((a * a) @ (b * b).T + exact * exact).sqrt()
 
 
 def tolerance(input, weights, bias, old_h, old_cell, grad_h, grad_cell, dtype):
-    """Per output: each matmul's rounding (Higham and Mary's probabilistic bound, as in linear), plus the
-    gates' error carried through the activations' slopes. Twice that: the float64 reference errs too."""
-    eps = torch.finfo(dtype).eps
-
-    def gamma(k):
-        return LAMBDA * math.sqrt(k) * eps
-
+    """Per output, the largest of its elements' error bounds (in units of u, the dtype's rounding): each
+    product's rounding (product_error), carried through the gates' slopes element by element, plus a few
+    roundings of each step's result. In float64 the reference errs as much: twice that."""
+    u = torch.finfo(dtype).eps / 2
     batch, state = old_h.shape
-    X = torch.cat([old_h, input], 1).double()
-    W, b = weights.double(), bias.double()
+    X, W, b = torch.cat([old_h, input], 1).double(), weights.double(), bias.double()
+    ones = torch.ones(batch, 1, dtype=torch.float64)
     z = X @ W.T + b
-    i, o, c = torch.sigmoid(z[:, :state]), torch.sigmoid(z[:, state:2 * state]), F.elu(z[:, 2 * state:])
+    e_z = u * product_error(torch.cat([X, ones], 1), torch.cat([W, b[:, None]], 1), z)
+    zi, zo, zc = z.split(state, 1)
+    ei, eo, ec = e_z.split(state, 1)
+    i, o, c = torch.sigmoid(zi), torch.sigmoid(zo), F.elu(zc)
+    si, so, sc = i * (1 - i), o * (1 - o), torch.where(zc > 0, 1.0, c + 1)  # the slopes
+    e_i, e_o, e_c = si * ei + 2 * u * i, so * eo + 2 * u * o, sc * ec + 2 * u * c.abs()
     new_cell = old_cell.double() + c * i
     t = torch.tanh(new_cell)
-    # The gates: state + features + 1 terms. sigmoid, tanh and elu have slopes <= 1, so their error
-    # reaches new_cell scaled by at most 1 + |candidate|, and new_h by that plus the output gate's.
-    e_z = gamma(X.shape[1] + 1) * (X.abs() @ W.abs().T + b.abs()).max().item()
-    e_cell = e_z * (1 + c.abs().max().item()) + 4 * eps * (old_cell.double().abs() + c.abs()).max().item()
-    e_h = e_cell + e_z + 4 * eps
-    # |d_gates| from magnitudes (no cancellation), and its relative error: each slope's own slope over the
-    # slope (sigmoid: |1 - 2s| <= 1, elu: <= 1, tanh: 2|t| <= 2) times the errors above, plus rounding.
-    gh, gc = grad_h.double().abs(), grad_cell.double().abs()
+    e_cell = i * e_c + c.abs() * e_i + 2 * u * (c * i).abs() + u * new_cell.abs()
+    e_t = (1 - t * t) * e_cell + 2 * u * t.abs()
+    e_h = o * e_t + t.abs() * e_o + u * (t * o).abs()
+    # The backward: d_gates from the forward's values, each with its error from theirs (a slope's own slope:
+    # sigmoid's |1 - 2s|, elu's c + 1 below 0, tanh's 2|t|), then the three products over d_gates.
+    gh, gc = grad_h.double(), grad_cell.double()
     d_cell = gc + gh * o * (1 - t * t)
-    d_gates = torch.cat([d_cell * c.abs() * i * (1 - i), gh * t.abs() * o * (1 - o),
-                         d_cell * i * torch.where(c > 0, 1.0, c + 1)], 1)
-    # In a matmul over d_gates these errors add like the rounding errors: LAMBDA·sqrt(Σ(rho·terms)²).
-    rho = 3 * e_z + 2 * e_cell + 16 * eps
-    e_weights = (gamma(batch) * (d_gates.T @ X.abs()) + LAMBDA * rho * (d_gates.T ** 2 @ X ** 2).sqrt()).max().item()
-    e_x = (gamma(3 * state) * (d_gates @ W.abs()) + LAMBDA * rho * (d_gates ** 2 @ W ** 2).sqrt()).max().item()
-    e_bias = (gamma(batch) * d_gates.sum(0) + LAMBDA * rho * d_gates.pow(2).sum(0).sqrt()).max().item()
-    e_old_cell = rho * d_cell.max().item()
-    tols = (e_h, e_cell, e_x, e_weights, e_bias, e_x, e_old_cell)
-    return tuple(2 * t for t in tols), (f"2·({LAMBDA}·sqrt(k)·eps·Σ|terms| per matmul "
-                                         "+ gate error through the slopes)")
+    e_dcell = gh.abs() * ((1 - t * t) * e_o + 2 * (o * t).abs() * e_t) + 3 * u * d_cell.abs()
+    d_gates = torch.cat([d_cell * c * si, gh * t * so, d_cell * i * sc], 1)
+    e_gates = torch.cat([
+        (c * si).abs() * e_dcell + (d_cell * si).abs() * e_c + (d_cell * c * si * (1 - 2 * i)).abs() * ei,
+        (gh * so).abs() * e_t + (gh * t * so * (1 - 2 * o)).abs() * eo,
+        (i * sc).abs() * e_dcell + (d_cell * sc).abs() * e_i + (d_cell * i * torch.where(zc > 0, 0.0, c + 1)).abs() * ec,
+    ], 1) + 4 * u * d_gates.abs()
+    # In a product over d_gates, their errors (from independent roundings) add like the rounding errors do.
+    d_w, d_x = d_gates.T @ X, d_gates @ W
+    e_w = u * product_error(d_gates.T, X.T, d_w) + ((e_gates * e_gates).T @ (X * X)).sqrt()
+    e_x = u * product_error(d_gates, W.T, d_x) + ((e_gates * e_gates) @ (W * W)).sqrt()
+    e_b = u * product_error(d_gates.T, ones.T, d_gates.sum(0, keepdim=True).T) + (e_gates * e_gates).sum(0).sqrt()
+    twice = 2 if dtype == torch.float64 else 1
+    tols = tuple(twice * e.max().item() if e.numel() else 0.0
+                 for e in (e_h, e_cell, e_x[:, state:], e_w, e_b, e_x[:, :state], e_dcell))
+    return tols, f"per element: {LAMBDA}σ of each product's rounding, carried through the gates' slopes"
 
 
 def output_like(input, weights, bias, old_h, old_cell, grad_h, grad_cell):
