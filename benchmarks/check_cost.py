@@ -23,11 +23,14 @@ from common import ROOT
 
 
 def started(tree: Path, variant: str, folder: Path) -> Path:
-    """An exercise started by `tree`'s kplay, its solution copied in."""
-    subprocess.run([sys.executable, str(tree / "cli.py"), "start", f"sum/{variant}", str(folder)], check=True,
+    """An exercise started by `tree`'s kplay, its solution (as `tree`'s eject renders it) copied in."""
+    kplay = [sys.executable, str(tree / "cli.py")]
+    subprocess.run([*kplay, "start", f"sum/{variant}", str(folder)], check=True, capture_output=True)
+    rendered = folder.parent / f"{folder.name}-solution"
+    subprocess.run([*kplay, "eject", "sum", str(rendered), "--variant", variant, "--solution"], check=True,
                    capture_output=True)
     solution = {"cpp": "sum.cpp", "fast": "sum_fast.cu"}[variant]
-    shutil.copy(tree / "snippets" / "sum" / solution, folder / solution)
+    shutil.copy(rendered / solution, folder / solution)
     return folder
 
 

@@ -51,20 +51,22 @@ def runs_then_tree(x, block: int):
 
 
 def computations(name: str, fam, spec, device: str) -> dict:
-    """{label: fn(*inputs) -> outputs}: the family's variants here, PyTorch's op, and sum's own trees."""
+    """{label: (fn(*inputs) -> outputs, its math)}: the family's variants here, PyTorch's op, and on the CPU
+    sum's own trees (IEEE arithmetic: the same on any device)."""
     found = {}
     for v in fam.variants_for(device):
         ops = playground.load(name, v.name, device)
-        found[v.name] = lambda *x, ops=ops, v=v.name: spec.call(ops, v, *x)
+        found[v.name] = (lambda *x, ops=ops, v=v.name: spec.call(ops, v, *x)), v.math
     mod = specs.module(fam)
     if name == "sum":
-        found |= {"torch.sum": torch.sum, "pairwise": pairwise,
-                  f"runs of {mod.BLOCK}": lambda x: runs_then_tree(x, mod.BLOCK)}
+        found["torch.sum"] = torch.sum, ""
+        if device == "cpu":
+            found |= {"pairwise": (pairwise, ""), f"runs of {mod.BLOCK}": (lambda x: runs_then_tree(x, mod.BLOCK), "")}
     elif name == "linear":
-        found["F.linear"] = lambda *x: mod.gradients(F.linear, *x)
+        found["F.linear"] = (lambda *x: mod.gradients(F.linear, *x)), ""
     elif name == "lltm":
-        found["python"] = lambda *x: mod.forward_backward(mod.lltm_reference, *x)
-    return {k: f for k, f in found.items()}
+        found["python"] = (lambda *x: mod.forward_backward(mod.lltm_reference, *x)), ""
+    return found
 
 
 def measure(name: str, seeds: int, device: str) -> list[dict]:
@@ -80,9 +82,9 @@ def measure(name: str, seeds: int, device: str) -> list[dict]:
                 for seed in range(seeds):
                     inputs = make_inputs(spec, sizes, dtype, device, seed, dist)
                     ref = as_tuple(spec.reference(*inputs))
-                    tols = as_tuple(spec.tolerance(*inputs, dtype)[0])
-                    tols = tols * len(ref) if len(tols) == 1 else tols
-                    for label, fn in fns.items():
+                    by_math = {m: as_tuple(specs.tolerance_for(spec, inputs, dtype, m)[0]) for m in {m for _, m in fns.values()}}
+                    for label, (fn, m) in fns.items():
+                        tols = by_math[m] * len(ref) if len(by_math[m]) == 1 else by_math[m]
                         out = fn(*inputs)
                         if out is None:
                             continue

@@ -40,38 +40,38 @@ TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 mantissa bits: rounding to nearest err
 
 
 def product_tolerance(a, b, dtype, extra=None, tf32=False):
-    """Error bound for the rows of a times the rows of b (A B^T, k along dim 1), plus a vector added.
+    """The largest of the elements' error bounds of a b^T (k along dim 1), plus a vector added.
 
-    A dot product of k terms in floating point errs by at most about LAMBDA * sqrt(k) * eps * sum|a_i b_i|
-    with high probability (Higham and Mary 2019, rounding errors as independent random variables);
-    sum|a_i b_i| <= |a| |b| (Cauchy-Schwarz) bounds it by the largest row norms, cheap to compute.
+    Each addition rounds its partial sum s by at most u = eps/2, independently (Higham and Mary 2019): an
+    element's error has variance u^2/3 * sum s^2, and sum s^2 <= k (sum t^2 + (sum t)^2) over its terms t, in
+    any order of adding. Each element's bound is LAMBDA standard deviations of that; the float64 reference's
+    own u is added (in a float64 run it errs as much as the kernel).
 
-    tf32: the inputs were rounded to TF32 first. Term i becomes a_i b_i (1 + d_i + e_i) with |d_i|, |e_i| <= u
-    (TF32_ROUNDOFF), independent: the sum errs by about LAMBDA * sqrt(2) * u * sqrt(sum (a_i b_i)^2), and
-    sqrt(sum (a_i b_i)^2) <= max|a_i| |b| and <= |a| max|b_i|; the smaller of the two is added. Like the
-    float32 term, it holds for inputs like the check's (random): equal entries round alike and add up.
+    tf32: the inputs were rounded to TF32 first. Term i becomes t_i (1 + d_i + e_i) with |d_i|, |e_i| <= u_t
+    (TF32_ROUNDOFF), independent: the element errs by about LAMBDA * sqrt(2) * u_t * sqrt(sum t^2) more.
     """
-    # The float64 reference rounds too: in a float64 run its own error is as large as the kernel's.
-    eps = torch.finfo(dtype).eps + torch.finfo(torch.float64).eps
-    k = a.shape[1]
+    if not a.numel() or not b.numel():
+        return 0.0
+    u = (torch.finfo(dtype).eps + torch.finfo(torch.float64).eps) / 2
     a64, b64 = a.double(), b.double()
-    rows_a, rows_b = (a64.norm(dim=1).max().item(), b64.norm(dim=1).max().item()) if a.numel() else (0.0, 0.0)
-    norms = rows_a * rows_b + (extra.double().abs().max().item() if extra is not None else 0.0)
-    bound = LAMBDA * math.sqrt(k + 1) * eps * norms
-    if tf32 and a.numel():
-        largest = min(a64.abs().max().item() * rows_b, rows_a * b64.abs().max().item())
-        bound += LAMBDA * math.sqrt(2) * TF32_ROUNDOFF * largest
-    return bound
+    exact, squares = a64 @ b64.T, (a64 * a64) @ (b64 * b64).T
+    if extra is not None:
+        e = extra.double()
+        exact, squares = exact + e, squares + e * e
+    k = a.shape[1] + (extra is not None)
+    bound = LAMBDA * u * (k / 3 * (squares + exact * exact)).sqrt()
+    if tf32:
+        bound += LAMBDA * math.sqrt(2) * TF32_ROUNDOFF * squares.sqrt()
+    return bound.max().item()
 
 
 def tolerance(x, weight, bias, grad_out, dtype, math=""):
     """One bound per output (OUTPUTS), each from the product that makes it; math="tf32": a variant whose
     float32 products round their inputs to TF32 (cuda-tensor-core)."""
     tf32 = math == "tf32" and dtype == torch.float32
-    source = (f"{LAMBDA}·sqrt(k+1)·eps·(largest row norms of the two factors), per product "
-              "(probabilistic dot-product bound)")
+    source = f"per element: {LAMBDA}σ of each product's rounding, u·√(k/3·(Σt² + (Σt)²))"
     if tf32:
-        source += f", + {LAMBDA}·sqrt(2)·2^-11·(largest |entry| x largest row norm): inputs rounded to TF32"
+        source += f", + {LAMBDA}·√2·2^-11·√Σt²: inputs rounded to TF32"
     return gradient_tolerances(x, weight, bias, grad_out, dtype, tf32), source
 
 
