@@ -179,7 +179,8 @@ def tolerance(input, weights, bias, old_h, old_cell, grad_h, grad_cell, dtype):
     e_gates = torch.cat([
         (c * si).abs() * e_dcell + (d_cell * si).abs() * e_c + (d_cell * c * si * (1 - 2 * i)).abs() * ei,
         (gh * so).abs() * e_t + (gh * t * so * (1 - 2 * o)).abs() * eo,
-        (i * sc).abs() * e_dcell + (d_cell * sc).abs() * e_i + (d_cell * i * torch.where(zc > 0, 0.0, c + 1)).abs() * ec,
+        (i * sc).abs() * e_dcell + (d_cell * sc).abs() * e_i
+        + (d_cell * i * torch.where(zc > 0, 0.0, c + 1)).abs() * ec,
     ], 1) + 4 * u * d_gates.abs()
     # In a product over d_gates, their errors (from independent roundings) add like the rounding errors do.
     d_w, d_x = d_gates.T @ X, d_gates @ W
