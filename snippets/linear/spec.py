@@ -53,15 +53,18 @@ def product_tolerance(a, b, dtype, extra=None, tf32=False):
     if not a.numel() or not b.numel():
         return 0.0
     u = (torch.finfo(dtype).eps + torch.finfo(torch.float64).eps) / 2
-    a64, b64 = a.double(), b.double()
-    exact, squares = a64 @ b64.T, (a64 * a64) @ (b64 * b64).T
-    if extra is not None:
-        e = extra.double()
-        exact, squares = exact + e, squares + e * e
+    for precise in (torch.float32, torch.float64):  # a bound needs no float64, unless float32 overflows
+        a_, b_ = a.to(precise), b.to(precise)
+        exact, squares = a_ @ b_.T, (a_ * a_) @ (b_ * b_).T
+        if extra is not None:
+            e = extra.to(precise)
+            exact, squares = exact + e, squares + e * e
+        if torch.isfinite(squares).all():
+            break
     k = a.shape[1] + (extra is not None)
-    bound = LAMBDA * u * (k / 3 * (squares + exact * exact)).sqrt()
+    bound = LAMBDA * u * (k / 3 * (squares.double() + exact.double() ** 2)).sqrt()
     if tf32:
-        bound += LAMBDA * math.sqrt(2) * TF32_ROUNDOFF * squares.sqrt()
+        bound += LAMBDA * math.sqrt(2) * TF32_ROUNDOFF * squares.double().sqrt()
     return bound.max().item()
 
 
