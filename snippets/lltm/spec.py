@@ -157,7 +157,7 @@ def tolerance(input, weights, bias, old_h, old_cell, grad_h, grad_cell, dtype):
     u = torch.finfo(dtype).eps / 2
     batch, state = old_h.shape
     X, W, b = torch.cat([old_h, input], 1).double(), weights.double(), bias.double()
-    ones = torch.ones(batch, 1, dtype=torch.float64)
+    ones = torch.ones(batch, 1, dtype=torch.float64, device=X.device)
     z = X @ W.T + b
     e_z = u * product_error(torch.cat([X, ones], 1), torch.cat([W, b[:, None]], 1), z)
     zi, zo, zc = z.split(state, 1)
