@@ -65,6 +65,7 @@ def pytest_configure(config):
     path = Path(tempfile.mkdtemp(prefix="kplay-test-cache-"))
     os.environ["KPLAY_CACHE"] = str(path)
     os.environ["KPLAY_LEASES"] = str(path / "leases")
+    os.environ.setdefault("KPLAY_BUDGET_S", "0.05")  # 30 samples or 0.05 s a contender: no test reads more
     for name in ("KPLAY_PATH", "KPLAY_DEBUG"):
         os.environ.pop(name, None)
     # The precompiled headers (one-off builds: ATen's 17-24 s, shared by lltm and linear; the stable ABI's 7-10 s,

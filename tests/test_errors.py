@@ -66,3 +66,10 @@ def test_check_takes_the_same_timeout_as_run(kplay, tmp_path):
     result = kplay("check", tmp_path / "me", "--device", "cpu", "--timeout", "1e20")
     assert result.exit_code == 2 and "--timeout 1e+20: give a number of seconds above 0, at most 86,400" in result.stderr
     assert "one call of the kernel" in " ".join(kplay("check", "--help").output.split())
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "soon", "1e9"])
+def test_a_timing_budget_out_of_range_is_one_line(kplay, monkeypatch, budget):
+    monkeypatch.setenv("KPLAY_BUDGET_S", budget)
+    result = kplay("run", "sum", "--n", "1e3", "--device", "cpu")
+    assert result.exit_code == 2 and f"KPLAY_BUDGET_S={budget}: give seconds of timing per contender" in result.output

@@ -126,10 +126,8 @@ def square_test_sizes(folder):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("source, name, square", [
-    ("grad_weight_scaled.cpp", "grad_weight", False),
+@pytest.mark.parametrize("source, name, square", [  # test_wrong's grad_weight_scaled and skip_last_percent_k too
     ("grad_weight_transposed.cpp", "grad_weight", True),
-    ("skip_last_percent_k.cpp", "y", False),
 ])
 def test_checker_fails_wrong_layer_and_names_the_output(kplay, wrong_kernel, source, name, square):
     folder = wrong_kernel("linear", f"linear/{source}")

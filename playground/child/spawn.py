@@ -87,8 +87,8 @@ def _wrote_its_input(request: Request, phase: str) -> None:
             return
     except KplayError:
         pass
-    raise KernelCrash(f"the kernel wrote to its input {phase}: the test sizes' inputs "
-                      "are read-only, and a write faults even if the kernel puts the values back")
+    raise KernelCrash(f"the kernel wrote to its input {phase}: the checked inputs are read-only, "
+                      "and a write faults even if the kernel puts the values back")
 
 
 def _let_finish(child) -> None:

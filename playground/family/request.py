@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -44,12 +45,12 @@ class Request:
     skip_baselines: tuple[str, ...] = ()
     one_baseline: bool = False  # only the family's first baseline, unless `baselines` names some (a sweep)
     timeout: float = 120.0  # seconds the kernel may run, counted after the builds
-    budget_s: float = 0.3  # timing budget per contender
+    budget_s: float = 0.3  # timing budget per contender (make: $KPLAY_BUDGET_S, or BUDGET_S)
     warnings: tuple[str, ...] = ()  # things the user should know, e.g. a value held approximately
     given_params: tuple[str, ...] = ()  # the parameters the user set (a warning if no chosen variant uses one)
     lineinfo: bool = False  # a sanitized run (every CUDA build has -lineinfo: its findings have file and line)
     mode: str = "run"  # run; profile (torch.profiler around one call); nvtx (that call in an NVTX range, for ncu)
-    read_only: bool = True  # on the CPU, the test sizes' inputs are read-only (a write faults); off for a rerun
+    read_only: bool = True  # on the CPU, the checked inputs are read-only (a write faults); off for a rerun
     test_sizes: tuple | None = None  # checked before the requested size (None: the family's own)
 
     def to_json(self) -> str:
@@ -71,10 +72,24 @@ class Request:
         return dataclasses.replace(self, sizes=_sizes(fam, {**self.sizes, **sizes}, self.dtype)[0])
 
 
+BUDGET_S = 0.3  # seconds of timing per contender, after its 30 samples; $KPLAY_BUDGET_S sets another
+
+
+def _budget() -> float:
+    text = os.environ.get("KPLAY_BUDGET_S", "")
+    try:
+        budget = float(text) if text else BUDGET_S
+    except ValueError:
+        budget = -1.0
+    if not 0 < budget <= 60:
+        raise UsageError(f"KPLAY_BUDGET_S={text}: give seconds of timing per contender, above 0 and at most 60")
+    return budget
+
+
 def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: str | None = None, seed: int = 0,
          sizes: dict | None = None, params: dict | list | None = None, paths: list[str] | None = None,
          bench: bool = True, baselines=(), skip_baselines=(), one_baseline: bool = False, timeout: float = 120.0,
-         budget_s: float = 0.3, lineinfo: bool = False, mode: str = "run", options: Collection[str] = ()) -> Request:
+         budget_s: float | None = None, lineinfo: bool = False, mode: str = "run", options: Collection[str] = ()) -> Request:
     """Check a request against the family's task.toml; every mistake is a UsageError naming what was typed.
 
     options: the CLI's own long options, from Click (a size may not take one's name; a typo of one gets a
@@ -95,6 +110,7 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
         raise UsageError(f"--timeout {timeout:g}: give a number of seconds above 0, at most {MAX_TIMEOUT_S:,} (a day)")
     if not 0 <= seed <= MAX_SEED:
         raise UsageError(f"--seed {seed}: give a whole number from 0 to 2^62")
+    budget_s = _budget() if budget_s is None else budget_s
     _baselines(fam, baselines, skip_baselines)
     return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, values, bench,
                    tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings),

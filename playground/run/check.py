@@ -1,7 +1,8 @@
 """The check protocol: every case on poisoned memory, compared with the reference; a result, not a print.
 
-A variant passes when, at each of the family's test sizes, the requested size, its probe and the same
-memory reused, its outputs match the float64 reference within the tolerance, in stream order, and the
+A variant passes when, at each of the family's test sizes, three sizes drawn from the seed, the requested
+size, its probe and the same memory reused, each on data drawn from the family's distributions
+(family/data.py), its outputs match the float64 reference within the tolerance, in stream order, and the
 inputs come back unchanged. Messages name the student's files, not the build cache's copies.
 """
 
@@ -199,12 +200,12 @@ def _cases(spec, fam, req, main, dtype, device):
         yield label + " probed", lambda: spec.probe(base(), dtype, gen), "probe"
 
 
-GUARD = 1024  # poisoned elements either side of each input at the test sizes
+GUARD = 1024  # poisoned elements either side of each guarded input
 PROT_READ, PROT_WRITE = 1, 2
 
 
 class Guarded:
-    """The inputs (CPU, a test size) each in memory of its own between two guard zones of poison, all of its
+    """The inputs (CPU; every case but a form) each in memory of its own between two guard zones of poison, all of its
     pages read-only while the kernel runs: a read past the end takes the poison (NaN, or an int's extreme),
     a write past the end is named (`overrun`), and a write to the input faults, even one it undoes after."""
 
