@@ -95,7 +95,7 @@ def test_the_graph_probes_figures_are_medians_of_its_runs_and_its_floor_adds_the
     assert lines[3].endswith("| backward | 300.0 | 200.0 | 500.0 | 1.80 | 1.20 | 600.0 | fits |")
 
 
-@pytest.mark.slow  # a C++ build with autograd's headers
+@pytest.mark.cuda  # the GPU box's probe (lltm_graph_probe.py), checked there: a C++ build with autograd's headers
 def test_the_null_cell_goes_through_cuda_fasts_autograd_and_gives_five_gradients_shaped_as_the_inputs():
     import torch
 

@@ -5,9 +5,9 @@ import json
 import pytest
 
 
-@pytest.mark.slow
+@pytest.mark.cuda  # torch.compile's baseline: on the CPU, a C++ build of inductor's kernels (20 s cold)
 def test_lltm_reports_forward_and_backward_against_two_baselines(kplay):
-    result = kplay("run", "lltm", "--device", "cpu", "--variant", "cpp", "--json")
+    result = kplay("run", "lltm", "--device", "cuda", "--variant", "cuda", "--json")
     assert result.exit_code == 0, result.output
     r = json.loads(result.stdout)
     v = r["variants"][0]
@@ -18,6 +18,23 @@ def test_lltm_reports_forward_and_backward_against_two_baselines(kplay):
     assert v["speedup"] == pytest.approx(r["baselines"]["eager"]["time"]["median_s"] / v["time"]["median_s"])
     assert v["time"]["median_s"] == pytest.approx(sum(t["median_s"] for t in v["timings"].values()))
     assert v["extra"] == {"gradcheck": "pass"}
+
+
+def test_a_family_times_against_each_of_its_baselines_in_its_order(kplay, tmp_path):
+    """Here, without torch.compile: a family of `kplay new` given a second baseline (BASELINES in spec.py)."""
+    folder = tmp_path / "twice"
+    assert kplay("new", "twice", folder).exit_code == 0
+    spec, toml = folder / "spec.py", folder / "task.toml"
+    text = spec.read_text().replace('BASELINE = "2 * x + 1"', "").replace("def baseline(x):", "def affine(x):")
+    spec.write_text(text + "\n\nBASELINES = {'2 * x + 1': affine, 'x + x + 1': lambda x: x + x + 1}\n")
+    toml.write_text(toml.read_text().replace('baselines = ["2 * x + 1"]', 'baselines = ["2 * x + 1", "x + x + 1"]'))
+    result = kplay("run", folder, "--device", "cpu", "--json")
+    assert result.exit_code == 0, result.output
+    r = json.loads(result.stdout)
+    assert list(r["baselines"]) == ["2 * x + 1", "x + x + 1"]
+    assert set(r["variants"][0]["speedups"]) == {"2 * x + 1", "x + x + 1"}
+    one = kplay("run", folder, "--device", "cpu", "--json", "--skip-baseline", "x + x + 1")
+    assert list(json.loads(one.stdout)["baselines"]) == ["2 * x + 1"]
 
 
 def test_skip_baseline_skips_that_baseline(kplay):
