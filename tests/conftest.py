@@ -28,8 +28,8 @@ def gpu() -> bool:
 
 # The longest files first (their tests' seconds here, most first): with `-n 2 --dist loadfile` a long file that
 # starts last keeps one core busy while the other idles. The order within a file is kept.
-LONGEST = ["test_pool.py", "test_wrong.py", "test_laptop.py", "test_lltm.py", "test_linear.py", "test_exercise.py",
-           "test_workshop.py", "test_lease.py", "test_layout.py", "test_engine.py"]
+LONGEST = ["test_wrong.py", "test_linear.py", "test_pool.py", "test_exercise.py", "test_lltm.py", "test_workshop.py",
+           "test_zygote.py", "test_lease.py", "test_laptop.py", "test_layout.py"]
 
 
 def pytest_collection_modifyitems(config, items):
