@@ -8,7 +8,6 @@ a tensor on such a mapping is read (torch.sum), then written in place. Prints wh
 """
 
 import argparse
-import ctypes
 import subprocess
 import sys
 
