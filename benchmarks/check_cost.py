@@ -16,10 +16,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import ROOT
+from common import ROOT, median_of, timed
 
 
 def started(tree: Path, variant: str, folder: Path) -> Path:
@@ -32,16 +31,6 @@ def started(tree: Path, variant: str, folder: Path) -> Path:
     solution = {"cpp": "sum.cpp", "fast": "sum_fast.cu"}[variant]
     shutil.copy(rendered / solution, folder / solution)
     return folder
-
-
-def one(tree: Path, folder: Path, extra: list[str]) -> float:
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, str(tree / "cli.py"), "check", str(folder), *extra], capture_output=True,
-                          text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"{tree}: kplay check failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return seconds
 
 
 def main() -> None:
@@ -58,12 +47,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": a.base.resolve(), "now": ROOT}
         folders = {k: started(t, variant, Path(tmp) / k) for k, t in trees.items()}
-        for k in trees:  # the builds, untimed
-            one(trees[k], folders[k], extra)
-        seconds: dict[str, list[float]] = {k: [] for k in trees}
-        for _ in range(a.runs):
-            for k in trees:
-                seconds[k].append(one(trees[k], folders[k], extra))
+        cmds = {k: [sys.executable, str(t / "cli.py"), "check", str(folders[k]), *extra] for k, t in trees.items()}
+        for cmd in cmds.values():  # the builds, untimed
+            timed(cmd)
+        seconds = {k: runs.walls for k, runs in median_of(a.runs, cmds).items()}
     ratios = [n / b for n, b in zip(seconds["now"], seconds["before"])]
     where = torch.cuda.get_device_name() if gpu else "CPU"
     lines = [f"# kplay check of sum/{variant} ({where}), before and after the defences",
