@@ -6,7 +6,7 @@
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes) pool pool-tests notebook watch ladder sum linear
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
-#            tolerance check-cost (needs .base: the commit before, git archive'd) readonly
+#            tolerance check-cost timing-change (both need .base: the commit before, git archive'd) readonly
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -67,8 +67,10 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         timer-probe) step timer-probe 200 python3 benchmarks/timer_probe.py --out $R/timer-probe.md ;;
         profile-time) step profile-time 300 python3 benchmarks/profile_time.py --repeat 2 --out $R/profile-time.md ;;
         notebook) step pytest-cuda-notebook 200 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_notebook.py ;;
-        tolerance) step tolerance 400 python3 benchmarks/tolerance.py --device cuda --seeds ${SEEDS:-200} --out $R/tolerance.md ;;
+        tolerance) step tolerance 400 python3 benchmarks/tolerance.py --device cuda --seeds ${SEEDS:-200} --out $R/tolerance.md \
+                   ${FAMILIES:+--families $FAMILIES} ;;
         check-cost) step check-cost 400 python3 benchmarks/check_cost.py --base .base --runs 5 --out $R/check-cost.md ;;
+        timing-change) step timing-change 400 python3 benchmarks/timing_change.py --base .base --runs 3 --out $R/timing-change.md ;;
         readonly) step readonly-gpu 120 python3 benchmarks/readonly_gpu.py --out $R/readonly-gpu.md ;;
         nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
         nvbench-gap) step nvbench-gap 240 python3 benchmarks/nvbench_gap.py --out $R/nvbench-gap.md ;;

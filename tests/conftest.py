@@ -190,7 +190,8 @@ def kplay():
 
 def wrong_folder(folder: Path, family: str, entry: dict) -> Path:
     """A copy of a built-in family in `folder` with one variant (entry's `variant`, default cpp), whose first
-    source (or `source`) is the known-wrong one: tests/wrong/<family>/<file>, or the source with `patch` applied.
+    source (or `source`) is the known-wrong one: tests/wrong/<family>/<file>, or the source with `patch` applied
+    (pairs of old and new text).
 
     The copy keeps the family's name and the variant its own section of task.toml (flags and params): the same
     known-wrong kernel in two tests is one build.
@@ -205,10 +206,11 @@ def wrong_folder(folder: Path, family: str, entry: dict) -> Path:
     if "file" in entry:
         shutil.copy(WRONG / family / entry["file"], source)
     else:
-        old, new = entry["patch"]
-        text = source.read_text()
-        assert old in text, f"the patch no longer applies to {source.name}: {old!r}"
-        source.write_text(text.replace(old, new))
+        text, pairs = source.read_text(), entry["patch"]  # [old, new, old, new, ...]
+        for old, new in zip(pairs[::2], pairs[1::2]):
+            assert old in text, f"the patch no longer applies to {source.name}: {old!r}"
+            text = text.replace(old, new)  # every place it is found
+        source.write_text(text)
     toml = folder / "task.toml"
     sections = re.split(r"\n(?=\[)", toml.read_text())  # the header, then one chunk per [table]
     mine = (f"variants.{variant.name}]", f"variants.{variant.name}.")  # its table, its params and constraints

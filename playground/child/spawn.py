@@ -57,6 +57,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         return reply["result"]
     if "error" in reply:
         err = reply["error"]
+        if err["kind"] == "KernelCrash" and DEVICE_FAULT in err["message"] and phase.endswith(READ_ONLY):
+            _wrote_its_input(request, phase.removesuffix(READ_ONLY), DEVICE_FAULT)
         error = KINDS.get(err["kind"], KplayError)(err["message"])
         error.details = err.get("details", [])
         raise error
@@ -67,23 +69,25 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
                           f"{request.timeout:g} s, and may never finish (--timeout allows more)")
     code = child.returncode
     if code == -signal.SIGSEGV and phase.endswith(READ_ONLY):
-        _wrote_its_input(request, phase.removesuffix(READ_ONLY))
+        _wrote_its_input(request, phase.removesuffix(READ_ONLY), SIGNALS[signal.SIGSEGV])
     what = SIGNALS.get(-code, f"signal {-code}") if code < 0 else f"exit code {code}"
     crash = KernelCrash(f"kernel crashed: {what} {phase.removesuffix(READ_ONLY)}")
     crash.details = tail
     raise crash
 
 
-READ_ONLY = " (its input read-only)"  # a phase whose inputs a write faults on (check.Guarded)
+READ_ONLY = " (its input read-only)"  # a phase whose inputs a write faults on (run/guard.py)
+DEVICE_FAULT = "illegal memory access"  # what CUDA says of a write to read-only memory (and of other faults)
 
 
-def _wrote_its_input(request: Request, phase: str) -> None:
-    """A segfault where the input was read-only: the same run in writable memory tells a write to the input
-    (restored or not) from another fault. Raises the KernelCrash that names it; returns if it was another fault."""
+def _wrote_its_input(request: Request, phase: str, fault: str) -> None:
+    """A fault (a segfault; on a GPU, an illegal memory access) where the input was read-only: the same run in
+    writable memory tells a write to the input (restored or not) from another fault. Raises the KernelCrash
+    that names it; returns if it was another fault."""
     try:
         run(dataclasses.replace(request, read_only=False))
     except KernelCrash as again:
-        if "segmentation fault" in str(again):
+        if fault in str(again):
             return
     except KplayError:
         pass

@@ -9,7 +9,6 @@ inputs come back unchanged. Messages name the student's files, not the build cac
 from __future__ import annotations
 
 import dataclasses
-import mmap
 
 from ..core import events
 from ..core.errors import KernelCrash, UsageError
@@ -17,6 +16,7 @@ from ..core.record import CHANGED, Check
 from ..family import data
 from ..family import spec as specs
 from ..family.render import in_sources
+from .guard import Guarded, can_guard
 
 MAX_MISMATCHES = 5
 
@@ -103,7 +103,7 @@ def check_variant(spec, fam, req, ops, name: str, main, dtype, device,
     expected = {}  # the requested size's reference, tolerance and copy, which its forms of the same shapes share
     try:
         for label, make, kind in _cases(spec, fam, req, main, dtype, device):
-            guarded = kind != "form" and device == "cpu" and req.read_only  # a form keeps its layout
+            guarded = kind != "form" and req.read_only and can_guard(device)  # a form keeps its layout
             on_event(events.CHECK, variant=name, case=label, read_only=guarded)
             with Guarded(make(), guarded) as zones:
                 same = kind == "main" or kind == "form" and _shapes(zones.inputs) == _shapes(main)
@@ -198,63 +198,6 @@ def _cases(spec, fam, req, main, dtype, device):
         base = (lambda: make_inputs(spec, req.sizes, dtype, device, req.seed + 2, other)) if other else lambda: main
         label = case_label(fam, req.sizes, other or main_distribution(fam))
         yield label + " probed", lambda: spec.probe(base(), dtype, gen), "probe"
-
-
-GUARD = 1024  # poisoned elements either side of each guarded input
-PROT_READ, PROT_WRITE = 1, 2
-
-
-class Guarded:
-    """The inputs (CPU; every case but a form) each in memory of its own between two guard zones of poison, all of its
-    pages read-only while the kernel runs: a read past the end takes the poison (NaN, or an int's extreme),
-    a write past the end is named (`overrun`), and a write to the input faults, even one it undoes after."""
-
-    def __init__(self, inputs, active: bool = True):
-        self.inputs, self.overrun, self._zones, self.active = inputs, "", [], active
-
-    def __enter__(self):
-        import torch
-
-        if not self.active:
-            return self
-        out = []
-        for x in self.inputs:
-            if not isinstance(x, torch.Tensor) or not x.numel():
-                out.append(x)
-                continue
-            poison = float("nan") if x.is_floating_point() else torch.iinfo(x.dtype).min
-            size = -(-(x.numel() + 2 * GUARD) * x.element_size() // mmap.PAGESIZE) * mmap.PAGESIZE
-            memory = mmap.mmap(-1, size)
-            whole = torch.frombuffer(memory, dtype=x.dtype)
-            whole.fill_(poison)
-            whole[GUARD:GUARD + x.numel()] = x.flatten()
-            self._zones.append((memory, whole, x.numel(), poison))
-            out.append(whole[GUARD:GUARD + x.numel()].view(x.shape))
-        self.inputs = tuple(out)
-        self._protect(PROT_READ)
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        if not self.active:
-            return False
-        self._protect(PROT_READ | PROT_WRITE)
-        for k, (_, whole, n, poison) in enumerate(self._zones):
-            zones = torch.cat([whole[:GUARD], whole[GUARD + n:]])
-            if not (zones.isnan().all() if zones.is_floating_point() else (zones == poison).all()):
-                self.overrun = f"input {k}: the kernel wrote past its end (or before its start)"
-        return False
-
-    def _protect(self, prot: int) -> None:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        for memory, *_ in self._zones:
-            address = ctypes.addressof(ctypes.c_char.from_buffer(memory))
-            if libc.mprotect(address, len(memory), prot) != 0:
-                raise OSError(ctypes.get_errno(), "mprotect failed")
 
 
 def _in_form(inputs, form: str):
