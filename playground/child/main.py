@@ -55,6 +55,10 @@ def serve(request_json: str, out, alone: bool = False) -> None:
     try:
         request = Request.from_json(request_json)
         on_event = lambda event, **data: send(event=event, **data)
+        if os.environ.get("KPLAY_GRANT"):  # the supervisor holds the leases (spawn._Grants)
+            from ..run import lock
+
+            lock.supervisor = _ask_supervisor(send, os.environ["KPLAY_GRANT"])
         with _lease(request, alone or request.mode != "run", on_event):
             if request.mode == "run":
                 result = runner.execute(request, on_event)
@@ -69,6 +73,28 @@ def serve(request_json: str, out, alone: bool = False) -> None:
         traceback.print_exc()
         send(error={"kind": "KernelCrash", "message": f"{type(e).__name__}: {e}".splitlines()[0],
                     "details": traceback.format_exc().splitlines()[-6:]})
+
+
+def _ask_supervisor(send, fifo: str):
+    """lock.supervisor: ask for a device's lease (exclusive true or false; None gives it back) and wait for the
+    answer: the seconds waited, or the supervisor's one line (a UsageError)."""
+    grants = []
+
+    def ask(device: str, exclusive: bool | None) -> float:
+        from ..core.errors import UsageError
+
+        send(event=events.LEASE, device=device, exclusive=exclusive)
+        if exclusive is None:
+            return 0.0
+        if not grants:
+            grants.append(open(fifo, "rb", buffering=0))
+        line = grants[0].readline()
+        reply = json.loads(line) if line else {"error": "the run that started this worker has gone"}
+        if "error" in reply:
+            raise UsageError(reply["error"])
+        return reply["waited"]
+
+    return ask
 
 
 def _lease(request, alone: bool, on_event):

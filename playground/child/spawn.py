@@ -38,21 +38,42 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
 
     `under` is a tool's command line (compute-sanitizer, ncu) that starts the worker, `env` what it adds to
     the worker's environment. A tool need not pass an inherited pipe on, so then the worker writes to a file.
+    The worker asks this process for the device's lease (lock.Granted): no process of its own ever holds one.
+    In the sandbox (sandbox.wanted()), the worker and all it starts run inside bubblewrap, within its limits.
     """
-    with tempfile.TemporaryFile() as log, tempfile.NamedTemporaryFile(prefix="kplay-channel-") as channel:
-        child, read = _start(request, log, channel.name, under, env)
+    box = _box(request)
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory(prefix="kplay-run-") as private:
+        channel, grants = os.path.join(private, "channel"), _Grants(os.path.join(private, "grant"))
+        Path(channel).touch()
+        child, read = _start(request, log, channel, under, env, box, private)
+        over = _Clock(child, box.limits.wall_s if box else None)
         try:
             with _ending_kills_the_child():
-                reply, phase = _listen(read, child, request.timeout, on_event, follow=bool(under))
+                reply, phase = _listen(read, child, request.timeout, on_event, follow=bool(under), grants=grants)
                 if under and not reply.get("timeout"):
                     _let_finish(child)
         finally:
+            over.cancel()
+            grants.close()
             os.close(read)
             if child.poll() is None:
                 _kill_session(child.pid)
             child.wait()
+            hit = box.hit(child.returncode) if box else None
+            if box:
+                box.close()
         log.seek(0)
         tail = _messages(log.read().decode(errors="replace"))
+    if over.rang:
+        raise KernelCrash(f"the run took over {box.limits.wall_s:g} s, the sandbox's limit (KPLAY_SANDBOX_WALL_S), "
+                          f"and was stopped {phase.removesuffix(READ_ONLY)}")
+    if hit and "result" not in reply:
+        raise KernelCrash(f"{hit}, {phase.removesuffix(READ_ONLY)}")
+    return _outcome(request, reply, phase, child.returncode, tail)
+
+
+def _outcome(request: Request, reply: dict, phase: str, code: int, tail: list[str]) -> dict:
+    """The result, or the KplayError that tells what ended the worker: its own error, a timeout, a crash."""
     if "result" in reply:
         return reply["result"]
     if "error" in reply:
@@ -67,7 +88,6 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
     if reply.get("timeout"):
         raise KernelCrash(f"timed out {phase.removesuffix(READ_ONLY)}: a call of the kernel took over "
                           f"{request.timeout:g} s, and may never finish (--timeout allows more)")
-    code = child.returncode
     if code == -signal.SIGSEGV and phase.endswith(READ_ONLY):
         _wrote_its_input(request, phase.removesuffix(READ_ONLY), SIGNALS[signal.SIGSEGV])
     what = SIGNALS.get(-code, f"signal {-code}") if code < 0 else f"exit code {code}"
@@ -103,13 +123,14 @@ def _let_finish(child) -> None:
         pass
 
 
-def _start(request: Request, log, channel: str, under: list[str], env: dict | None):
-    """The worker (under the tool, if any), the request on its stdin; returns it and the
-    descriptor to read. Inside `warm()`, a plain run's worker is forked by the zygote instead."""
-    if _zygote and not under and not env and threading.current_thread() is _zygote.thread:
+def _start(request: Request, log, channel: str, under: list[str], env: dict | None, box, private: str):
+    """The worker (under the tool, if any; in the sandbox, if any), the request on its stdin; returns it and
+    the descriptor to read. Inside `warm()`, a plain run's worker is forked by the zygote instead."""
+    grant = {GRANT: os.path.join(private, "grant")}
+    if _zygote and not under and not env and not box and threading.current_thread() is _zygote.thread:
         read, write = os.pipe()
         try:
-            return _zygote.start(request.to_json(), write, log.fileno()), read
+            return _zygote.start(request.to_json(), write, log.fileno(), grant), read
         except OSError:  # the zygote has gone: a fresh worker, as outside warm()
             os.close(read)
         except BaseException:
@@ -117,18 +138,94 @@ def _start(request: Request, log, channel: str, under: list[str], env: dict | No
             raise
         finally:
             os.close(write)
-    env = {**os.environ, **(env or {}), "PYTHONPATH": _pythonpath()}
+    env = {**os.environ, **(env or {}), **grant, "PYTHONPATH": _pythonpath()}
     if under:
         read, target, fds = os.open(channel, os.O_RDONLY), "@" + channel, ()
     else:
         read, write = os.pipe()
         target, fds = str(write), (write,)
-    child = subprocess.Popen([*under, sys.executable, "-m", "playground.child.main", target], stdin=subprocess.PIPE,
-                             stdout=log, stderr=log, pass_fds=fds, env=env, start_new_session=True)
+    argv = [*under, sys.executable, "-m", "playground.child.main", target]
+    if box:
+        argv, env = box.command(argv, writable=[private]), box.environment(env)
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=fds, env=env,
+                             start_new_session=True, preexec_fn=box.preexec if box else None)
     if not under:
         os.close(write)
     _send(child, request)
     return child, read
+
+
+def _box(request: Request):
+    """The sandbox for this run's worker (sandbox.Box), or None where none is wanted; a UsageError where one
+    is wanted and cannot start."""
+    from . import sandbox
+
+    if not sandbox.wanted():
+        return None
+    if why := sandbox.unavailable():
+        raise UsageError(why)
+    from ..compiler.toolchain import cache_dir
+
+    own = Path(os.environ.get(sandbox.OWN_CACHE_ENV) or cache_dir() / "sandboxed")  # a pool: one per student
+    own.mkdir(parents=True, exist_ok=True)
+    gpu = request.device != "cpu" and Path("/dev/nvidiactl").exists()
+    return sandbox.Box(folder=Path(request.path).resolve() if request.path else None, own_cache=own.resolve(),
+                       shared_cache=cache_dir().resolve(), gpu=gpu, gpu_minor=sandbox.gpu_minor() if gpu else None)
+
+
+class _Clock:
+    """The sandbox's wall-time limit: past it, the worker's session is killed and `rang` is set."""
+
+    def __init__(self, child, limit: float | None):
+        self.rang, self._timer = False, None
+        if limit:
+            self._timer = threading.Timer(limit, self._ring, (child,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _ring(self, child) -> None:
+        self.rang = True
+        _kill_session(child.pid)
+
+    def cancel(self) -> None:
+        if self._timer:
+            self._timer.cancel()
+
+
+GRANT = "KPLAY_GRANT"  # the FIFO a worker reads its leases' grants from (child/main.py)
+
+
+class _Grants:
+    """This process's end of the lease protocol: a worker's `lease` event asks for a device's lease (exclusive
+    true or false) or gives it back (null); the answer, {"waited": s} or {"error": line}, goes down the FIFO."""
+
+    def __init__(self, path: str):
+        from ..run import lock
+
+        os.mkfifo(path, 0o600)
+        self.path, self.fd, self.leases = path, None, lock.Granted()
+
+    def answer(self, child, device: str, exclusive: bool | None, on_event) -> None:
+        if exclusive is None:
+            self.leases.drop(device)
+            return
+        try:
+            reply = {"waited": self.leases.take(device, exclusive, lambda: on_event(events.WAIT, device=device))}
+        except UsageError as e:
+            reply = {"error": str(e)}
+        while self.fd is None and child.poll() is None:  # the worker opens its end as soon as it has asked
+            try:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.005)
+        if self.fd is not None:
+            with contextlib.suppress(BrokenPipeError):
+                os.write(self.fd, (json.dumps(reply) + "\n").encode())
+
+    def close(self) -> None:
+        self.leases.close()
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 def _send(child, request: Request) -> None:
@@ -180,8 +277,8 @@ class Zygote:
         theirs.close()
         self.ended: dict[int, int] = {}
 
-    def start(self, request_json: str, events_fd: int, log_fd: int) -> "Forked":
-        message = {"request": request_json, "env": dict(os.environ), "cwd": os.getcwd()}
+    def start(self, request_json: str, events_fd: int, log_fd: int, env: dict) -> Forked:
+        message = {"request": request_json, "env": {**os.environ, **env}, "cwd": os.getcwd()}
         socket.send_fds(self.sock, [json.dumps(message).encode()], [events_fd, log_fd])
         while True:
             reply = self._next(None)
@@ -303,7 +400,7 @@ def _phase(event: str, message: dict) -> str | None:
     return "while waiting for the device" if event == events.WAIT else None
 
 
-def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> tuple[dict, str]:
+def _listen(fd: int, child, timeout: float, on_event, follow: bool = False, grants=None) -> tuple[dict, str]:
     """Read events until the result; the timeout counts from the first phase after the builds.
 
     follow: fd is a file the worker appends to (under a tool); it ends when the tool has ended.
@@ -332,6 +429,9 @@ def _listen(fd: int, child, timeout: float, on_event, follow: bool = False) -> t
             if "event" not in message:
                 return message, phase
             event = message.pop("event")
+            if event == events.LEASE:
+                grants.answer(child, message["device"], message["exclusive"], on_event)
+                continue
             phase = _phase(event, message) or phase
             if event in (events.CALL, events.ALIVE) or event == events.PHASE and message["phase"] != "check":
                 deadline = time.monotonic() + timeout  # --timeout bounds one call of the kernel

@@ -66,6 +66,19 @@ Name = Annotated[Optional[str], typer.Argument(help="A kernel family (kplay list
                                                show_default=False)]
 Path_ = Annotated[Optional[list[str]], typer.Option("--path", help="Extra folder of kernel families (also $KPLAY_PATH).")]
 Json = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
+Sandbox = Annotated[bool, typer.Option("--sandbox", envvar="KPLAY_SANDBOX", show_envvar=False,
+                                       help="Build and run the kernel in a sandbox (bubblewrap): no network, no "
+                                            "home folders, and all it starts ends with it. On: KPLAY_SANDBOX=1.")]
+
+
+def sandboxed(on: bool) -> None:
+    """--sandbox: every worker this process starts runs in the sandbox (one line where it cannot start)."""
+    from ..child import sandbox
+
+    if on:
+        os.environ[sandbox.ENV] = "1"
+        if why := sandbox.unavailable():
+            raise UsageError(why)
 Params = Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Template parameter NAME=VALUE, e.g. threads=512.")]
 Variant = Annotated[Optional[str], typer.Option(help="Variant name, or 'all'.")]
 Sizes = Annotated[Optional[list[str]], typer.Option("--size", help="A size NAME=VALUE; also --NAME VALUE for any size the kernel declares.")]
@@ -204,7 +217,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
         path: Path_ = None, help_: Help = False,
         against: Annotated[Optional[Path], typer.Option(help="A --json record of an earlier run: faster, slower or same, per variant.")] = None,
         explain: Annotated[bool, typer.Option("--explain", help="Every C++ loop's vectorization verdict, however many.")] = False,
-        pool: PoolToken = None):
+        pool: PoolToken = None, sandbox: Sandbox = False):
     """Build, check and time a kernel against its PyTorch baselines. Exit code: the verdict.
 
     The kernel's sizes are options too: [b]kplay run sum --n 1e7[/b], [b]kplay run lltm --batch 64[/b]
@@ -212,6 +225,7 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     """
     if help_ or name is None:
         return family_help(ctx, name, path, help_, variant)
+    sandboxed(sandbox)
     if against and (no_bench or sanitize):
         raise UsageError(f"--against compares timings: it cannot go with {'--no-bench' if no_bench else '--sanitize'}")
     dev = engine.sanitized_device(sanitize, device.value) if sanitize else device.value
@@ -447,7 +461,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
           device: Dev = Device.auto, name: Student = None, timeout: Timeout = 120.0, json_: Json = False,
           no_sanitize: Annotated[bool, typer.Option("--no-sanitize", help="Skip memcheck and racecheck of a CUDA "
                                                                          "kernel (faster; a race may then pass).")] = False,
-          pool: PoolToken = None,
+          pool: PoolToken = None, sandbox: Sandbox = False,
           seed: Annotated[Optional[int], typer.Option(help="Seed for the drawn sizes and inputs (default: a fresh one, "
                                                            "printed; give it to grade the same again).")] = None):
     """Grade an exercise: the check at every dtype, test size and the main size, the time against the reference;
@@ -455,6 +469,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
 
     Exit code: the run's (0 passed, 1 check failed, 2 usage error, 3 build error, 4 crash).
     """
+    sandboxed(sandbox)
     try:
         with spinner(err) as on_event:
             rec = engine.check(folder, device.value, name, timeout, not no_sanitize, pool, on_event, seed)

@@ -17,7 +17,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from .toolchain import cache_dir, cache_lock, compiler, cpu_model
+from .toolchain import cache_dir, cache_lock, compiler, cpu_model, shared_folder
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ def include_flags(sources: list[str], cflags: list[str], engine: Path, on_event,
     own = [p.read_text() for p in sorted(engine.rglob("*.h"))]
     salt = [version, torch.__version__, cpu_model(), flags, headers.text, own]  # -march=native means this CPU
     key = hashlib.sha256(json.dumps(salt).encode()).hexdigest()[:12]
+    shared = shared_folder("pch")  # in the sandbox: the shared cache's headers, read-only, where it has them
+    if shared and (shared / key / "done").exists():
+        return ["-include", str(shared / key / f"kplay_{headers.name}.h")]
     folder = cache_dir() / "pch" / key
     header, done = folder / f"kplay_{headers.name}.h", folder / "done"
     if (folder / "failed").exists():  # this compiler refused once: no second 10 s attempt per build

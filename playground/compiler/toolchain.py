@@ -223,6 +223,12 @@ def cuda_tool(name: str) -> str | None:
 
 
 
+def shared_folder(name: str) -> Path | None:
+    """In the sandbox: a build's folder in the shared cache, read-only ($KPLAY_SHARED_CACHE), else None."""
+    shared = os.environ.get("KPLAY_SHARED_CACHE")
+    return Path(shared) / name if shared else None
+
+
 def folder(name: str) -> Path:
     """A build's folder in the cache: its library, its compiler's output, nvcc's kept files."""
     return cache_dir() / name

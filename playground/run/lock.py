@@ -9,6 +9,7 @@ queues behind a waiting timing instead of starving it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -18,7 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..compiler.toolchain import take
 
 
 def folder() -> Path:
@@ -44,6 +44,8 @@ def _open(name: str) -> int:
 
 
 _HELD: dict[str, bool] = {}  # this process's leases: device -> exclusive
+WAIT_S = float(os.environ.get("KPLAY_LEASE_WAIT_S", 1800))  # the longest wait for a lease; then one line, who holds it
+supervisor = None  # in a worker: asks the process that started it for a lease (child/main.py sets it), or None
 
 
 @contextmanager
@@ -56,13 +58,22 @@ def held(device: str, exclusive: bool, on_wait: Callable[[], None] | None = None
     if _HELD.get(device) or (device in _HELD and not exclusive):
         yield 0.0
         return
+    if supervisor:  # the supervisor holds it: no process of the kernel's can hold it, or keep it by a fork
+        waited = supervisor(device, exclusive)
+        _HELD[device] = exclusive
+        try:
+            yield waited
+        finally:
+            _HELD.pop(device, None)
+            supervisor(device, None)
+        return
     key = re.sub(r"[^\w.-]", "_", device)
     gate, lease = _open(f"{key}.gate"), _open(f"{key}.lease")
     start, said = time.monotonic(), []
     once = (lambda: said or said.append(on_wait())) if on_wait else None  # one "waiting" for both locks
     try:
-        take(gate, fcntl.LOCK_EX, once)  # in the queue: no new shared holder passes while a timing waits
-        take(lease, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, once)
+        _take(gate, fcntl.LOCK_EX, once, device, start)  # in the queue: no new shared holder passes while a timing waits
+        _take(lease, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, once, device, start)
         if not exclusive:
             fcntl.flock(gate, fcntl.LOCK_UN)
         _HELD[device] = exclusive
@@ -71,6 +82,69 @@ def held(device: str, exclusive: bool, on_wait: Callable[[], None] | None = None
         _HELD.pop(device, None)
         os.close(lease)  # closing drops the locks
         os.close(gate)
+
+
+def _take(fd: int, mode: int, on_wait, device: str, start: float) -> None:
+    """flock within WAIT_S of `start`; past it, a UsageError naming the holders."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        if on_wait:
+            on_wait()
+    while time.monotonic() - start < WAIT_S:
+        time.sleep(0.05)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+    from ..core.errors import UsageError
+
+    raise UsageError(f"waited {WAIT_S:g} s for the {device} lease, held by {holders(fd) or 'a process out of sight'}: "
+                     "end it, or set KPLAY_LEASE_WAIT_S")
+
+
+def holders(fd: int) -> str:
+    """The processes holding a lock on fd's file, from /proc/locks: "pid 123 (python3 -m ...)"."""
+    inode = os.fstat(fd).st_ino
+    found = []
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 5 and parts[5].rsplit(":", 1)[-1] == str(inode) and parts[4].isdigit():
+            try:
+                cmd = Path(f"/proc/{parts[4]}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                cmd = "?"
+            found.append(f"pid {parts[4]} ({cmd[:60]})")
+    return ", ".join(dict.fromkeys(found))
+
+
+class Granted:
+    """The supervisor's side: leases taken for a worker at its request, all given back when it ends."""
+
+    def __init__(self):
+        self._held: dict[str, contextlib.ExitStack] = {}
+
+    def take(self, device: str, exclusive: bool, on_wait=None) -> float:
+        self.drop(device)
+        stack = contextlib.ExitStack()
+        waited = stack.enter_context(held(device, exclusive, on_wait))
+        self._held[device] = stack
+        return waited
+
+    def drop(self, device: str) -> None:
+        stack = self._held.pop(device, None)
+        if stack:
+            stack.close()
+
+    def close(self) -> None:
+        for device in list(self._held):
+            self.drop(device)
 
 
 def gpu(index: int) -> str:
