@@ -101,6 +101,7 @@ def test_three_students_at_once_on_two_workers_are_graded_as_a_local_check_would
         assert rec["worker"].startswith(socket.gethostname()) and " CPU " in rec["worker"]
         assert json.loads((p.results / name / "sum-cpp.json").read_text())["passed"] == rec["passed"]
     assert local[1]["passed"] < local[1]["checked"] and local[0]["passed"] == local[0]["checked"]
+    assert (p.folder / "grade-builds" / "ada" / "locks").is_dir()  # graded in the sandbox, built in a cache of her own
     shown = kplay("board", "--pool", p.folder, "--out", p.folder.parent / "board")
     assert shown.returncode == 0, shown.stderr
     assert len((p.folder.parent / "board" / "board.csv").read_text().splitlines()) == 1 + 3

@@ -24,6 +24,24 @@ pytestmark = pytest.mark.skipif(bool(sandbox.unavailable()) and not os.environ.g
 
 ANCHOR = "  const int64_t n = c.numel();  // every element whatever the shape (not size(0)): a 2-D x sums to one value"
 PROBE = """
+  if (std::string(std::getenv("KPLAY_PROBE_MODE")) == "fork") {  // more processes than the grade may have
+    int made = 0;
+    for (int i = 0; i < 64; ++i) {
+      const pid_t p = fork();
+      if (p == 0) { execlp("sleep", "sleep", std::getenv("KPLAY_PROBE_MARK"), static_cast<char*>(nullptr)); _exit(0); }
+      made += p > 0;
+    }
+    STD_TORCH_CHECK(false, "probe: forked " + std::to_string(made) + " .");
+  }
+  if (std::string(std::getenv("KPLAY_PROBE_MODE")) == "sleep") sleep(60);  // longer than the grade may take
+  if (std::string(std::getenv("KPLAY_PROBE_MODE")) == "memory") {  // more memory than the grade may have
+    volatile char* block = static_cast<char*>(std::malloc(size_t(3) << 30));
+    for (size_t i = 0; block && i < (size_t(3) << 30); i += 4096) block[i] = 1;
+  }
+  if (std::string(std::getenv("KPLAY_PROBE_MODE")) == "write") {  // more output than the grade may write
+    std::string line(1 << 20, 'x');
+    for (int i = 0; i < 4; ++i) std::fwrite(line.data(), 1, line.size(), stderr);
+  }
   {  // the probe: what can this kernel reach?
     std::string seen;
     const int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -77,6 +95,7 @@ def _probe_env(monkeypatch, tmp_path, port: int, sandboxed: bool) -> str:
     monkeypatch.setenv("KPLAY_PROBE_CACHE", str(cache_dir() / "poisoned-by-a-grade"))
     monkeypatch.setenv("KPLAY_PROBE_MARK", mark)
     monkeypatch.setenv(sandbox.ENV, "1" if sandboxed else "0")
+    monkeypatch.setenv("KPLAY_PROBE_MODE", "reach")
     return mark
 
 
@@ -118,6 +137,31 @@ def test_in_the_sandbox_nothing_is_reached_and_nothing_is_left(probe, listener, 
         said = list(pool.map(grade, range(5)))
     refused, missing, read_only = 111, 2, 30  # ECONNREFUSED, ENOENT, EROFS
     assert all(f"probe: net={refused} read={missing} write={read_only} ." in s for s in said), said
+    time.sleep(0.2)
+    assert not _daemons(mark)
+
+
+@pytest.mark.parametrize("mode, limit, says", [
+    ("fork", ("PROCESSES", "16"), "the grade hit its limit of 16 processes"),
+    ("memory", ("MEMORY_MB", "1536"), "the grade ran out of its 1536 MB of memory"),
+    ("write", ("FILE_MB", "1"), "the grade wrote a file over its limit of 1 MB"),
+    ("sleep", ("WALL_S", "5"), "the run took over 5 s, the sandbox's limit (KPLAY_SANDBOX_WALL_S), and was stopped")])
+def test_a_limit_hit_is_one_line(probe, listener, monkeypatch, tmp_path, mode, limit, says):
+    """Processes and memory (a cgroup's, where one can be made; else processes through RLIMIT_NPROC), the size
+    of a file (the output log's too) and the wall time: each named when hit; no forked process outlives the grade."""
+    from playground.child import spawn
+    from playground.core.errors import KernelCrash
+    from playground.family.request import Request
+
+    mark = _probe_env(monkeypatch, tmp_path, listener, sandboxed=True)
+    monkeypatch.setenv("KPLAY_PROBE_MODE", mode)
+    monkeypatch.setenv(f"KPLAY_SANDBOX_{limit[0]}", limit[1])
+    held = {"fork": "processes", "memory": "memory", "write": "file", "sleep": "wall"}[mode]
+    if held not in sandbox.limits_that_hold():
+        pytest.skip(f"no cgroup this process may make: its {held} limit does not hold here")
+    with pytest.raises(KernelCrash) as e:
+        spawn.run(Request(family="sum", path=str(probe), sizes={"n": 1000}, bench=False, timeout=100))
+    assert says in str(e.value), str(e.value)
     time.sleep(0.2)
     assert not _daemons(mark)
 

@@ -15,8 +15,10 @@ them, through RLIMIT_FSIZE; wall time by the supervisor's clock (spawn.py).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -26,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV = "KPLAY_SANDBOX"  # 1: every worker of this process sandboxed (--sandbox sets it; a pool's workers always)
-OWN_CACHE_ENV = "KPLAY_SANDBOX_CACHE"  # the grades' own build cache (a pool worker's); else a fresh one per run
+OWN_CACHE_ENV = "KPLAY_SANDBOX_CACHE"  # the grades' own build cache (default: the cache's sandboxed/)
+ROOT_ENV = "KPLAY_SANDBOX_ROOT"  # a pool worker's: each student's own build cache in a folder of theirs under it
 KEEP_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_", "CUDA_", "KPLAY_", "TORCH_", "OMP_", "MKL_", "NVIDIA_", "MAX_JOBS",
             "LD_LIBRARY_PATH", "CC", "CXX", "TERM", "COLUMNS", "NO_COLOR", "FORCE_COLOR", "PYTHONUNBUFFERED")
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/sys")
@@ -35,12 +38,18 @@ ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "g
 GPU_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 
 
+def _setting(name: str, default: float) -> float:
+    return float(os.environ.get(f"KPLAY_SANDBOX_{name}") or default)
+
+
 @dataclass(frozen=True)
 class Limits:
-    processes: int = int(os.environ.get("KPLAY_SANDBOX_PROCESSES", 256))
-    memory_mb: int = int(os.environ.get("KPLAY_SANDBOX_MEMORY_MB", 16384))
-    file_mb: int = int(os.environ.get("KPLAY_SANDBOX_FILE_MB", 1024))  # a precompiled header is ~300 MB
-    wall_s: float = float(os.environ.get("KPLAY_SANDBOX_WALL_S", 900))
+    """A grade's limits, each from its environment variable when the grade starts (KPLAY_SANDBOX_PROCESSES ...)."""
+
+    processes: int = field(default_factory=lambda: int(_setting("PROCESSES", 256)))
+    memory_mb: int = field(default_factory=lambda: int(_setting("MEMORY_MB", 16384)))
+    file_mb: int = field(default_factory=lambda: int(_setting("FILE_MB", 1024)))  # a precompiled header: ~300 MB
+    wall_s: float = field(default_factory=lambda: _setting("WALL_S", 900))
 
 
 def wanted() -> bool:
@@ -60,6 +69,23 @@ def unavailable() -> str | None:
         return (f"the sandbox cannot start ({said}): bubblewrap needs unprivileged user namespaces "
                 "(as root: sysctl -w kernel.unprivileged_userns_clone=1 user.max_user_namespaces=15000)")
     return None
+
+
+@contextlib.contextmanager
+def students_cache(student: str):
+    """In a pool's worker (ROOT_ENV set): the student's own build cache for the grades inside this block, so no
+    student's build can stand in for another's (a build is found by the hash of its sources)."""
+    root = os.environ.get(ROOT_ENV)
+    before = os.environ.get(OWN_CACHE_ENV)
+    if root:
+        os.environ[OWN_CACHE_ENV] = str(Path(root) / re.sub(r"[^\w.-]", "_", student))
+    try:
+        yield
+    finally:
+        if root and before is None:
+            os.environ.pop(OWN_CACHE_ENV, None)
+        elif root:
+            os.environ[OWN_CACHE_ENV] = before
 
 
 @dataclass
@@ -123,11 +149,12 @@ class Box:
         if not self.cgroups:
             resource.setrlimit(resource.RLIMIT_NPROC, (self.limits.processes, self.limits.processes))
 
-    def hit(self, returncode: int | None) -> str | None:
-        """The limit the grade ran into, as one line, or None."""
+    def hit(self, returncode: int | None, output_bytes: int) -> str | None:
+        """The limit the grade ran into, as one line, or None. Python ignores SIGXFSZ: a write past the file-size
+        limit fails (EFBIG) instead, so the output log at the limit tells it too."""
         import signal
 
-        if returncode == -signal.SIGXFSZ:
+        if returncode == -signal.SIGXFSZ or output_bytes >= self.limits.file_mb << 20:
             return f"the grade wrote a file over its limit of {self.limits.file_mb} MB (its output or a build's)"
         for g in self.cgroups:
             events = _read(g / "pids.events") or ""
@@ -165,6 +192,18 @@ def _python_paths() -> list[str]:
     cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     paths |= {cuda} if cuda else set()
     return sorted(p for p in paths if p != "/" and not p.startswith("/tmp"))
+
+
+def limits_that_hold() -> set[str]:
+    """Which of a grade's limits bind here: "processes" where a cgroup can be made or this user is not root
+    (RLIMIT_NPROC), "memory" only through a cgroup; the file size and the wall time always."""
+    made = _cgroups(Limits())
+    held = {"file", "wall"} | ({"processes"} if os.getuid() != 0 else set())
+    for group in made:
+        held |= {"processes"} if (group / "pids.max").exists() else set()
+        held |= {"memory"} if (group / "memory.max").exists() or (group / "memory.limit_in_bytes").exists() else set()
+        group.rmdir()
+    return held
 
 
 def _cgroups(limits: Limits) -> list[Path]:

@@ -59,7 +59,7 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
             if child.poll() is None:
                 _kill_session(child.pid)
             child.wait()
-            hit = box.hit(child.returncode) if box else None
+            hit = box.hit(child.returncode, os.fstat(log.fileno()).st_size) if box else None
             if box:
                 box.close()
         log.seek(0)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..child import sandbox
 from ..core.errors import UsageError
 
 NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,63}")  # a student's name: a file name under results/, never a path
@@ -178,15 +179,18 @@ def gpus() -> list[str]:
 def worker_commands(pool: Pool, scheduler: str, cpu_workers: int, host: str | None = None) -> dict[str, tuple]:
     """{name: (argv, environment)}: one worker per visible GPU, pinned to it; else `cpu_workers` CPU workers.
     A worker's name (the host's, unless given) is what a student's report names: two hosts must differ."""
+    if why := sandbox.unavailable():
+        raise UsageError(f"{why}. A pool's workers grade only in the sandbox: no worker started")
     host, names = host or socket.gethostname(), gpus()
     base = [sys.executable, "-m", "playground.pool.cluster", "worker", str(pool.folder), scheduler]
+    boxed = {sandbox.ENV: "1", sandbox.ROOT_ENV: str(pool.folder / "grade-builds")}
     if names:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         index = visible.split(",") if visible else [str(i) for i in range(len(names))]
         return {f"{host} GPU {i} ({gpu})": ([*base, f"{host} GPU {i} ({gpu})", "GPU=1,GRADE=1"],
-                                            {"CUDA_VISIBLE_DEVICES": index[i]})
+                                            {"CUDA_VISIBLE_DEVICES": index[i], **boxed})
                 for i, gpu in enumerate(names)}
-    return {f"{host} CPU {i}": ([*base, f"{host} CPU {i}", "GRADE=1"], {"CUDA_VISIBLE_DEVICES": ""})
+    return {f"{host} CPU {i}": ([*base, f"{host} CPU {i}", "GRADE=1"], {"CUDA_VISIBLE_DEVICES": "", **boxed})
             for i in range(cpu_workers)}
 
 

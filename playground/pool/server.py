@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from ..child import sandbox
 from ..core.errors import UsageError
 from ..family.request import MAX_SEED
 from .cluster import write_whole
@@ -96,8 +97,9 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
         for name, text in files.items():
             (folder / name).write_text(text)
         try:
-            rec = exercise.grade(folder, "cuda" if v.device == "cuda" else "cpu", student, lambda *a, **k: None,
-                                 timeout, sanitize, seed)
+            with sandbox.students_cache(student):
+                rec = exercise.grade(folder, "cuda" if v.device == "cuda" else "cpu", student, lambda *a, **k: None,
+                                     timeout, sanitize, seed)
         except KplayError as e:
             rec = unusable(folder, student, e)
     return rec | {"worker": _worker_name()}
@@ -130,7 +132,7 @@ def run_submission(body: dict) -> tuple[dict, dict]:
             **kept}, files
 
 
-def run_files(request_json: str, files: dict) -> dict:
+def run_files(request_json: str, files: dict, student: str) -> dict:
     """On a worker: the kernel folder written to a temporary folder (or the pool's built-in family), run in
     kplay's child as `kplay run` runs it: {"result"} or {"error"}, and the worker's name."""
     import dataclasses
@@ -152,7 +154,8 @@ def run_files(request_json: str, files: dict) -> dict:
             req = dataclasses.replace(Request(family=raw["family"], path=str(path)), **{k: v for k, v in raw.items()
                                                                                        if k != "family"})
             req = Request.from_json(req.to_json())  # lists back to tuples
-            reply = {"result": isolate.run(req)}  # "auto" takes this worker's GPU where the family has a CUDA variant
+            with sandbox.students_cache(student):
+                reply = {"result": isolate.run(req)}  # "auto" takes this worker's GPU where the family has a CUDA variant
         except KplayError as e:
             reply = {"error": {"kind": type(e).__name__, "message": str(e), "details": getattr(e, "details", [])}}
     return reply | {"worker": _worker_name()}
@@ -231,7 +234,7 @@ class Endpoint:
         request, files = run_submission(body)
         gpu = request["device"] == "cuda" or (request["device"] == "auto" and self.gpus() > 0)
         with self.turn(student):
-            return self.submit(run_files, (json.dumps(request), files), f"run {student} {request['family']}", gpu)
+            return self.submit(run_files, (json.dumps(request), files, student), f"run {student} {request['family']}", gpu)
 
     def gpus(self) -> int:
         return sum(bool(w.get("resources", {}).get("GPU")) for w in self.client().scheduler_info()["workers"].values())
