@@ -20,12 +20,14 @@ import traceback
 import warnings
 
 from ..core import events
+from . import sandbox
 from .group import die_with_parent
 
 
 def main() -> None:
     if sys.argv[1] == "--warm":
         return warm()
+    sandbox.apply_rlimits()  # in the sandbox: before anything of the kernel's runs, the build included
     die_with_parent()
     target = sys.argv[1]
     out = open(target[1:], "w", buffering=1) if target.startswith("@") else os.fdopen(int(target), "w", buffering=1)

@@ -10,7 +10,8 @@ Home folders, the pool's folder and other students' files are not there at all.
 Limits, each named in one line when hit (`hit`): processes and memory through a cgroup where the machine lets
 this user make one (cgroup v2 delegated, or v1's pids and memory controllers writable), else processes through
 RLIMIT_NPROC (not for root, which it does not bind); the size of any one file written, the output log among
-them, through RLIMIT_FSIZE; wall time by the supervisor's clock (spawn.py).
+them, through RLIMIT_FSIZE; wall time by the supervisor's clock (spawn.py). The worker sets its rlimits on itself
+before any kernel code runs (apply_rlimits).
 """
 
 from __future__ import annotations
@@ -125,10 +126,11 @@ class Box:
             binds += ["--bind", path, path]
         for node in self._gpu_nodes():
             binds += ["--dev-bind", node, node]
+        self.cgroups = _cgroups(self.limits)
         box = [shutil.which("bwrap"), "--unshare-all", "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", *binds, "--chdir", str(self.folder or "/tmp"),
                "--setenv", "KPLAY_CACHE", str(self.own_cache), "--setenv", "KPLAY_SHARED_CACHE", str(shared),
-               "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--", *argv]
-        self.cgroups = _cgroups(self.limits)
+               "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp", "--setenv", RLIMITS_ENV, self.rlimits(),
+               "--", *argv]
         if not self.cgroups:
             return box
         join = " && ".join(f"echo $$ > {g}/cgroup.procs" for g in self.cgroups)
@@ -142,12 +144,10 @@ class Box:
             [str(p) for p in Path("/dev").glob("nvidia[0-9]*")]
         return [n for n in [*(f"/dev/{n}" for n in GPU_NODES), *cards] if os.path.exists(n)]
 
-    def preexec(self) -> None:
-        """In the forked child before bwrap: the file-size limit, and the process limit where no cgroup holds it."""
-        size = self.limits.file_mb << 20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-        if not self.cgroups:
-            resource.setrlimit(resource.RLIMIT_NPROC, (self.limits.processes, self.limits.processes))
+    def rlimits(self) -> str:
+        """What the worker sets on itself before any kernel code runs (apply_rlimits): the file-size limit, and the
+        process limit where no cgroup holds it (0: none). Not a preexec_fn: the supervisor may run threads."""
+        return f"{self.limits.file_mb << 20},{0 if self.cgroups else self.limits.processes}"
 
     def hit(self, returncode: int | None, output_bytes: int) -> str | None:
         """The limit the grade ran into, as one line, or None. Python ignores SIGXFSZ: a write past the file-size
@@ -182,6 +182,21 @@ class Box:
 
                     time.sleep(0.02)
         self.cgroups = []
+
+
+RLIMITS_ENV = "KPLAY_SANDBOX_RLIMITS"  # "FILE_BYTES,PROCESSES", set inside the sandbox for the worker
+
+
+def apply_rlimits() -> None:
+    """In the worker, first thing (child/main.py): the limits RLIMITS_ENV names, soft and hard alike. Inside
+    the sandbox's user namespace no process can raise a hard limit again."""
+    given = os.environ.get(RLIMITS_ENV)
+    if not given:
+        return
+    size, processes = (int(v) for v in given.split(","))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    if processes:
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
 
 
 def _python_paths() -> list[str]:

@@ -148,7 +148,7 @@ def _start(request: Request, log, channel: str, under: list[str], env: dict | No
     if box:
         argv, env = box.command(argv, writable=[private]), box.environment(env)
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=fds, env=env,
-                             start_new_session=True, preexec_fn=box.preexec if box else None)
+                             start_new_session=True)
     if not under:
         os.close(write)
     _send(child, request)
