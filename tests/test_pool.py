@@ -18,7 +18,10 @@ import pytest
 from conftest import ROOT
 
 pytest.importorskip("distributed", reason='the pool needs kplay[pool]')
-pytestmark = pytest.mark.slow
+from playground.child import sandbox  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(sandbox.unavailable()) and not os.environ.get("KPLAY_NEED_SANDBOX"),
+                                                   reason=f"a pool's workers grade in the sandbox: {sandbox.unavailable()}")]
 
 from playground.pool import server as endpoint, cluster as pool, client as remote  # noqa: E402
 
