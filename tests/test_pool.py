@@ -13,6 +13,8 @@ import time
 import urllib.error
 import urllib.request
 
+from pathlib import Path
+
 import pytest
 
 from conftest import ROOT
@@ -171,7 +173,7 @@ def test_nothing_outside_the_exercises_files_is_taken():
         endpoint.submission({"family": "linear", "variant": "cuda-warptile", "files": {"warptile.cu": ""}})  # renamed
     with pytest.raises(endpoint.Refused, match="not an exercise of this pool"):
         endpoint.submission({"family": "../../etc", "variant": "cpp", "files": {}})
-    with pytest.raises(endpoint.Refused, match="over 256 KB"):
+    with pytest.raises(endpoint.Refused, match=r"sum.cpp: a file is at most 256 KB \(this one: 257 KB\)"):
         endpoint.submission({"family": "sum", "variant": "cpp", "files": {"sum.cpp": "x" * (257 << 10)}})
     with pytest.raises(UsageError, match="student name"):
         pool.add_student(pool.Pool(ROOT), "../ada", ROOT)
@@ -214,6 +216,42 @@ def test_a_negative_length_is_refused_before_the_body_is_read(class_pool):
     with socket.create_connection(("127.0.0.1", p.config["endpoint_port"])) as raw, context.wrap_socket(raw) as tls:
         tls.sendall(b"POST /check HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n" + b"x" * 1000)
         assert b" 413 " in tls.recv(4096).split(b"\r\n")[0]
+
+
+def test_a_submission_too_large_gets_its_own_line_before_it_is_sent_and_after():
+    """The client measures first (a refusal mid-upload would reach it as a reset connection)."""
+    nowhere = {"token": "t", "ca": "", "endpoint": "https://127.0.0.1:9"}  # never reached
+    with pytest.raises(UsageError, match=r"^a submission is at most 1 MB \(this one: 2.0 MB\)$"):
+        remote._post(nowhere, "/run", {"files": {f"k{i}.cu": "x" * (200 << 10) for i in range(10)}})
+    with pytest.raises(UsageError, match=r"^big.cu: a file is at most 256 KB \(this one: 300 KB\)$"):
+        remote._post(nowhere, "/run", {"files": {"big.cu": "x" * (300 << 10)}})
+
+
+def test_a_413_is_read_even_mid_upload(class_pool):
+    import ssl
+
+    p, _ = class_pool
+    context = ssl.create_default_context(cadata=(p.folder / "ca.pem").read_text())
+    context.check_hostname = False
+    with socket.create_connection(("127.0.0.1", p.config["endpoint_port"])) as raw, context.wrap_socket(raw) as tls:
+        tls.sendall(b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (2 << 20) + b"x" * (2 << 20))
+        reply = b""
+        while chunk := tls.recv(65536):  # the endpoint closes the connection after its answer
+            reply += chunk
+        assert b" 413 " in reply.split(b"\r\n")[0] and b"(this one: 2.0 MB)" in reply, reply[:300]
+
+
+def test_host_binds_that_address_only(class_pool):
+    """--host 127.0.0.1: the scheduler and the endpoint listen there, not on every address (0.0.0.0)."""
+    p, _ = class_pool
+    ports = {p.config["port"], p.config["endpoint_port"]}
+    listening = {}
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:] + Path("/proc/net/tcp6").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, port = local.rsplit(":", 1)
+        if state == "0A" and int(port, 16) in ports:
+            listening.setdefault(int(port, 16), set()).add(address)
+    assert listening == {port: {"0100007F"} for port in ports}, listening
 
 
 def test_a_restarted_scheduler_loses_no_result_and_no_student_waits(class_pool, students):

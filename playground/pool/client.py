@@ -12,6 +12,12 @@ from pathlib import Path
 from ..core.errors import KplayError, UsageError
 
 REPLY_S = 3600  # how long a grade may take, queue included
+MAX_BYTES = 1 << 20  # a submission's whole body (the endpoint refuses more, 413)
+MAX_FILE = 256 << 10  # one source file
+
+
+def size_text(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MB" if n >= 1 << 20 else f"{-(-n >> 10)} KB"
 
 
 def token(path: Path) -> dict:
@@ -73,7 +79,12 @@ def run(req, token_file: Path) -> dict:
 
 def _post(pass_: dict, path: str, body: dict) -> dict:
     """POST the token and body to the endpoint over HTTPS, trusting the class's CA alone."""
+    for name, text in body.get("files", {}).items():  # checked here: a refusal mid-upload is a reset, not a line
+        if len(text.encode()) > MAX_FILE:
+            raise UsageError(f"{name}: a file is at most {MAX_FILE >> 10} KB (this one: {size_text(len(text.encode()))})")
     data = json.dumps({"token": pass_["token"], **body}).encode()
+    if len(data) > MAX_BYTES:
+        raise UsageError(f"a submission is at most {MAX_BYTES >> 20} MB (this one: {size_text(len(data))})")
     context = ssl.create_default_context(cadata=pass_["ca"])  # the class's CA, and no other
     context.check_hostname = False  # the server may be reached by any name; its certificate must still be the CA's
     request = urllib.request.Request(f"{pass_['endpoint']}{path}", data=data, headers={"Content-Type": "application/json"})

@@ -233,7 +233,7 @@ def serve(pool: Pool, cpu_workers: int, say) -> None:
     """`kplay pool start`: the scheduler, the workers and the endpoint, each started again if it ends; until Ctrl-C."""
     config = pool.config
     scheduler = f"tls://{config['host']}:{config['port']}"
-    _free(config["endpoint_port"])  # taken: one line now, not an endpoint started again and again
+    _free(config["host"], config["endpoint_port"])  # taken: one line now, not an endpoint started again and again
     commands = {"scheduler": ([sys.executable, "-m", "playground.pool.cluster", "scheduler", str(pool.folder),
                                str(config["port"])], {}),
                 "endpoint": ([sys.executable, "-m", "playground.pool.server", str(pool.folder), scheduler,
@@ -244,12 +244,12 @@ def serve(pool: Pool, cpu_workers: int, say) -> None:
     _supervise(pool, commands, say)
 
 
-def _free(port: int) -> None:
-    """The endpoint's port can be listened on here."""
+def _free(host: str, port: int) -> None:
+    """The endpoint's port can be listened on at `host`."""
     with socket.socket() as s:
         try:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", port))
+            s.bind((host, port))
         except OSError as e:
             raise UsageError(f"the endpoint's port {port} cannot be used here: {e.strerror}") from None
 
@@ -315,7 +315,7 @@ def main(argv: list[str]) -> None:
 async def _scheduler(pool: Pool, port: int) -> None:
     from distributed import Scheduler
 
-    async with Scheduler(host="0.0.0.0", port=port, protocol="tls", security=pool.security(),
+    async with Scheduler(host=pool.config["host"], port=port, protocol="tls", security=pool.security(),
                          dashboard=False) as scheduler:
         await scheduler.finished()
 

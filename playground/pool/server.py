@@ -23,10 +23,10 @@ from pathlib import Path
 from ..child import sandbox
 from ..core.errors import UsageError
 from ..family.request import MAX_SEED
+from .client import MAX_BYTES, MAX_FILE, size_text
 from .cluster import write_whole
 
-MAX_BYTES = 1 << 20  # a submission's whole body
-MAX_FILE = 256 << 10  # one source file
+DRAIN = 16 << 20  # a body over MAX_BYTES is read (and dropped) up to this, so the client reads the 413
 WAITING = 2  # a student's requests at once: more are refused (429), so one student cannot queue the GPUs
 ANSWER_S = 3600.0  # the longest a request waits for its grade, queue included; then it is cancelled
 CONNECTIONS = 256  # open connections at once; more are closed at once (a client retries)
@@ -76,7 +76,8 @@ def submission(body: dict) -> tuple:
                            "pool's kplay, then copy your edits into it)")
     big = [n for n, t in body["files"].items() if len(t.encode()) > MAX_FILE]
     if big:
-        raise Refused(413, f"{big[0]} is over {MAX_FILE >> 10} KB")
+        raise Refused(413, f"{big[0]}: a file is at most {MAX_FILE >> 10} KB "
+                           f"(this one: {size_text(len(body['files'][big[0]].encode()))})")
     return fam, v, body["files"]
 
 
@@ -305,7 +306,8 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
                     raise Refused(404, f"no such request: {self.path}")
                 size = int(self.headers.get("Content-Length") or 0)
                 if not 0 <= size <= MAX_BYTES:
-                    raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB")
+                    self._drop(size)
+                    raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB (this one: {size_text(size)})")
                 body = json.loads(self.rfile.read(size) or b"{}")
                 body = body if isinstance(body, dict) else {}
                 status, reply = 200, ({"record": endpoint.grade(body)} if self.path == "/check" else endpoint.run(body))
@@ -322,10 +324,18 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(data)
 
+        def _drop(self, size: int) -> None:
+            """Read and drop a body too large to take, up to DRAIN, so that a client still sending it reads the
+            refusal instead of a reset connection; beyond DRAIN, the connection closes after the answer."""
+            left = min(max(size, 0), DRAIN)
+            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
+                left -= len(chunk)
+            self.close_connection = True
+
         def log_message(self, format, *args):  # the supervisor's log has what matters
             pass
 
-    server = _Server(("", port), Handler)
+    server = _Server((endpoint.pool.config["host"], port), Handler)  # that address only, as --host says
     server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)  # in
     # the handler's thread: a client that stalls its handshake holds up no one else
     threading.Thread(target=server.serve_forever, daemon=True).start()
