@@ -279,7 +279,7 @@ def pool_start(folder: Path, host: str, port: int, endpoint_port: int, cpu_worke
 
 
 def add_students(folder: Path, names: list[str], out: Path | None) -> list[Path]:
-    p, out = cluster.Pool(folder), out or folder / "tokens"
+    p, out = cluster.Pool(folder), out or folder.parent / f"{folder.name}-tokens"  # not in the pool's folder
     p.config  # a folder that is not a pool's is refused before any file is written
     out.mkdir(parents=True, exist_ok=True)
     return [cluster.add_student(p, name, out) for name in names]

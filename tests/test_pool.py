@@ -241,6 +241,16 @@ def test_a_413_is_read_even_mid_upload(class_pool):
         assert b" 413 " in reply.split(b"\r\n")[0] and b"(this one: 2.0 MB)" in reply, reply[:300]
 
 
+def test_no_ca_key_on_the_server_and_no_token_file_in_the_pool_folder(class_pool, students):
+    p, _ = class_pool
+    assert (p.folder / "ca.pem").exists() and not (p.folder / "ca.key").exists()
+    from playground import engine
+
+    written = engine.add_students(p.folder, ["zed"], None)  # the default --out
+    assert written == [p.folder.parent / f"{p.folder.name}-tokens" / "zed.kplay-token"] and written[0].exists()
+    assert not list(p.folder.rglob("*.kplay-token"))
+
+
 def test_host_binds_that_address_only(class_pool):
     """--host 127.0.0.1: the scheduler and the endpoint listen there, not on every address (0.0.0.0)."""
     p, _ = class_pool

@@ -595,8 +595,8 @@ def pool_add_student(names: Annotated[list[str], typer.Argument(metavar="NAME...
                                                                 show_default=False)],
                      dir_: PoolDir = Path("kplay-pool"),
                      out_dir: Annotated[Optional[Path], typer.Option("--out", help="Where the token files go "
-                                                                     "(default: the pool's tokens/).")] = None):
-    """A token file per student (the endpoint, the CA, the token): hand each student theirs."""
+                                                                     "(default: POOL-DIR-tokens/ beside the pool's folder).")] = None):
+    """A token file per student (the endpoint, the CA, the token): hand each student theirs, then delete them."""
     wrote(engine.add_students(dir_, names, out_dir))
 
 

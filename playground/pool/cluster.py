@@ -75,6 +75,7 @@ class Pool:
 def create(folder: Path, host: str, port: int, endpoint_port: int) -> Pool:
     """A new pool folder (kept as it is when it has one already: tokens stay valid across restarts)."""
     pool = Pool(folder)
+    (folder / "ca.key").unlink(missing_ok=True)  # kept by a pool made before: no grade needs it, nor any server
     if (folder / "pool.json").exists():
         config = pool.config
         if (config["host"], config["port"], config["endpoint_port"]) != (host, port, endpoint_port):
@@ -82,7 +83,7 @@ def create(folder: Path, host: str, port: int, endpoint_port: int) -> Pool:
             write_whole(folder / "pool.json", json.dumps(config, indent=2))
         return pool
     folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o700)  # the CA's key and the cluster's certificate: the instructor's alone
+    folder.chmod(0o700)  # the cluster's key and the tokens' digests: the instructor's alone
     _certificates(folder, host)
     (folder / "results").mkdir(exist_ok=True)
     write_whole(folder / "pool.json", json.dumps({"id": secrets.token_hex(8), "host": host, "port": port,
@@ -112,8 +113,8 @@ def _certificates(folder: Path, host: str) -> None:
     pem = lambda c: c.public_bytes(serialization.Encoding.PEM).decode()  # noqa: E731
     secret = lambda k: k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,  # noqa: E731
                                        serialization.NoEncryption()).decode()
-    write_whole(folder / "ca.pem", pem(ca), 0o644)
-    write_whole(folder / "ca.key", secret(ca_key))
+    write_whole(folder / "ca.pem", pem(ca), 0o644)  # the CA's key is dropped here: it signs this one certificate,
+    # and no server of the pool can then sign another (a server taken over does not hand out the class's CA)
     write_whole(folder / "cluster.pem", pem(cert))
     write_whole(folder / "cluster.key", secret(key))
 
