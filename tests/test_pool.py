@@ -251,6 +251,25 @@ def test_no_ca_key_on_the_server_and_no_token_file_in_the_pool_folder(class_pool
     assert not list(p.folder.rglob("*.kplay-token"))
 
 
+def test_300_idle_connections_from_one_address_do_not_keep_a_student_out(class_pool, students):
+    """No TLS, no token, held open from 127.0.0.2 (the per-address limit, the idlest closed first): a student
+    from 127.0.0.1 is graded as if they were not there."""
+    p, _ = class_pool
+    flood = []
+    try:
+        for _ in range(300):
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.connect(("127.0.0.1", p.config["endpoint_port"]))
+            flood.append(s)
+        folder, token = students["ada"]
+        rec = remote.check(folder, token, 120, True, seed=3)
+        assert rec["student"] == "ada" and rec["passed"] == rec["checked"]
+    finally:
+        for s in flood:
+            s.close()
+
+
 def test_host_binds_that_address_only(class_pool):
     """--host 127.0.0.1: the scheduler and the endpoint listen there, not on every address (0.0.0.0)."""
     p, _ = class_pool

@@ -8,13 +8,16 @@ worker's (kplay's), never the student's: only the files the student edits are ta
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import re
+import socket
 import ssl
 import tempfile
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,8 +32,11 @@ from .cluster import write_whole
 DRAIN = 16 << 20  # a body over MAX_BYTES is read (and dropped) up to this, so the client reads the 413
 WAITING = 2  # a student's requests at once: more are refused (429), so one student cannot queue the GPUs
 ANSWER_S = 3600.0  # the longest a request waits for its grade, queue included; then it is cancelled
-CONNECTIONS = 256  # open connections at once; more are closed at once (a client retries)
+CONNECTIONS = 256  # open connections at once; past it, an idle one is closed for the new one (_Server)
+PER_ADDRESS = 64  # open connections from one address at once (a classroom behind one NAT fits)
+HANDSHAKE_S = 5.0  # a TLS handshake not finished by then is dropped
 IDLE_S = 60.0  # a connection that sends nothing for this long is dropped
+CONNECTED, TLS, ASKED = 0, 1, 2  # a connection's stage: its handshake done, then its whole request read
 EXERCISE = re.compile(r"[a-z][a-z0-9_]*/[a-z0-9][a-z0-9-]*")  # family/variant: built-in names, never a path
 
 
@@ -271,25 +277,54 @@ class Endpoint:
 
 
 class _Server(ThreadingHTTPServer):
-    """A thread per connection, at most CONNECTIONS of them: one more is closed at once."""
+    """A thread per connection, at most CONNECTIONS of them and PER_ADDRESS from one address. When a new one
+    finds no room, the idlest is closed for it: one that has not finished its TLS handshake, else one that has
+    sent no whole request, the oldest first; never one whose request is being answered. A flood of idle
+    connections then costs the students nothing but the flood's own slots."""
 
     daemon_threads = True
 
     def __init__(self, *args):
         super().__init__(*args)
-        self.slots = threading.BoundedSemaphore(CONNECTIONS)
+        self.open: dict = {}  # socket -> [address, opened at, stage]
+        self.guard = threading.Lock()
 
     def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        with self.guard:
+            if not self._room(client_address[0]):
+                self.shutdown_request(request)
+                return
+            self.open[request] = [client_address[0], time.monotonic(), CONNECTED]
         super().process_request(request, client_address)
+
+    def _room(self, address: str) -> bool:
+        for limit, here in ((PER_ADDRESS, lambda v: v[0] == address), (CONNECTIONS, lambda v: True)):
+            mine = [s for s, v in self.open.items() if here(v)]
+            if len(mine) < limit:
+                continue
+            idle = [s for s in mine if self.open[s][2] < ASKED]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda s: (self.open[s][2], self.open[s][1]))
+            del self.open[victim]
+            with contextlib.suppress(OSError):
+                victim.shutdown(socket.SHUT_RDWR)  # its thread's read ends, and the thread with it
+        return True
+
+    def stage(self, request, stage: int) -> None:
+        with self.guard:
+            if request in self.open:
+                self.open[request][2] = stage
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            with self.guard:
+                self.open.pop(request, None)
+
+    def handle_error(self, request, client_address):  # a dropped or stalled client: nothing to report
+        pass
 
 
 def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
@@ -298,7 +333,13 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
     context.load_cert_chain(endpoint.pool.folder / "cluster.pem", endpoint.pool.folder / "cluster.key")
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = IDLE_S  # the socket's: a client that stalls (its handshake, its body) is dropped
+        timeout = IDLE_S  # the socket's, once the handshake is done: a client that stalls its request is dropped
+
+        def setup(self):
+            self.request.settimeout(HANDSHAKE_S)
+            self.request.do_handshake()
+            self.server.stage(self.request, TLS)
+            super().setup()
 
         def do_POST(self):
             try:
@@ -309,6 +350,7 @@ def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
                     self._drop(size)
                     raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB (this one: {size_text(size)})")
                 body = json.loads(self.rfile.read(size) or b"{}")
+                self.server.stage(self.request, ASKED)
                 body = body if isinstance(body, dict) else {}
                 status, reply = 200, ({"record": endpoint.grade(body)} if self.path == "/check" else endpoint.run(body))
             except Refused as e:
