@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+
 from pathlib import Path
 
 import pytest

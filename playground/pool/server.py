@@ -327,57 +327,63 @@ class _Server(ThreadingHTTPServer):
         pass
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """One connection: its TLS handshake within HANDSHAKE_S, then POST /check or /run, answered by the server's
+    endpoint (one JSON line, never a dropped connection)."""
+
+    timeout = IDLE_S  # the socket's, once the handshake is done: a client that stalls its request is dropped
+
+    def setup(self):
+        self.request.settimeout(HANDSHAKE_S)
+        self.request.do_handshake()
+        self.server.stage(self.request, TLS)
+        super().setup()
+
+    def do_POST(self):
+        try:
+            if self.path not in ("/check", "/run"):
+                raise Refused(404, f"no such request: {self.path}")
+            size = int(self.headers.get("Content-Length") or 0)
+            if not 0 <= size <= MAX_BYTES:
+                self._drop(size)
+                raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB (this one: {size_text(size)})")
+            body = json.loads(self.rfile.read(size) or b"{}")
+            self.server.stage(self.request, ASKED)
+            body = body if isinstance(body, dict) else {}
+            endpoint = self.server.endpoint
+            status, reply = 200, ({"record": endpoint.grade(body)} if self.path == "/check" else endpoint.run(body))
+        except Refused as e:
+            status, reply = e.status, {"error": str(e)}
+        except (ValueError, UsageError) as e:
+            status, reply = 400, {"error": str(e)[:500]}
+        except Exception as e:  # never a dropped connection: the student is told something went wrong
+            status, reply = 500, {"error": f"the pool failed on this request ({type(e).__name__}): send it again"}
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _drop(self, size: int) -> None:
+        """Read and drop a body too large to take, up to DRAIN, so that a client still sending it reads the
+        refusal instead of a reset connection; beyond DRAIN, the connection closes after the answer."""
+        left = min(max(size, 0), DRAIN)
+        while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
+            left -= len(chunk)
+        self.close_connection = True
+
+    def log_message(self, format, *args):  # the supervisor's log has what matters
+        pass
+
+
 def serve(endpoint: Endpoint, port: int) -> ThreadingHTTPServer:
-    """The HTTPS server on `port`, in a thread of its own; returned to be shut down."""
+    """The HTTPS server on `port`, at the pool's host only (as --host says), in a thread of its own; returned
+    to be shut down."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(endpoint.pool.folder / "cluster.pem", endpoint.pool.folder / "cluster.key")
-
-    class Handler(BaseHTTPRequestHandler):
-        timeout = IDLE_S  # the socket's, once the handshake is done: a client that stalls its request is dropped
-
-        def setup(self):
-            self.request.settimeout(HANDSHAKE_S)
-            self.request.do_handshake()
-            self.server.stage(self.request, TLS)
-            super().setup()
-
-        def do_POST(self):
-            try:
-                if self.path not in ("/check", "/run"):
-                    raise Refused(404, f"no such request: {self.path}")
-                size = int(self.headers.get("Content-Length") or 0)
-                if not 0 <= size <= MAX_BYTES:
-                    self._drop(size)
-                    raise Refused(413, f"a submission is at most {MAX_BYTES >> 20} MB (this one: {size_text(size)})")
-                body = json.loads(self.rfile.read(size) or b"{}")
-                self.server.stage(self.request, ASKED)
-                body = body if isinstance(body, dict) else {}
-                status, reply = 200, ({"record": endpoint.grade(body)} if self.path == "/check" else endpoint.run(body))
-            except Refused as e:
-                status, reply = e.status, {"error": str(e)}
-            except (ValueError, UsageError) as e:
-                status, reply = 400, {"error": str(e)[:500]}
-            except Exception as e:  # never a dropped connection: the student is told something went wrong
-                status, reply = 500, {"error": f"the pool failed on this request ({type(e).__name__}): send it again"}
-            data = json.dumps(reply).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _drop(self, size: int) -> None:
-            """Read and drop a body too large to take, up to DRAIN, so that a client still sending it reads the
-            refusal instead of a reset connection; beyond DRAIN, the connection closes after the answer."""
-            left = min(max(size, 0), DRAIN)
-            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
-                left -= len(chunk)
-            self.close_connection = True
-
-        def log_message(self, format, *args):  # the supervisor's log has what matters
-            pass
-
-    server = _Server((endpoint.pool.config["host"], port), Handler)  # that address only, as --host says
+    server = _Server((endpoint.pool.config["host"], port), _Handler)
+    server.endpoint = endpoint
     server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)  # in
     # the handler's thread: a client that stalls its handshake holds up no one else
     threading.Thread(target=server.serve_forever, daemon=True).start()

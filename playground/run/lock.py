@@ -14,6 +14,7 @@ import fcntl
 import os
 import re
 import stat
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,20 +86,28 @@ def held(device: str, exclusive: bool, on_wait: Callable[[], None] | None = None
 
 
 def _take(fd: int, mode: int, on_wait, device: str, start: float) -> None:
-    """flock within WAIT_S of `start`; past it, a UsageError naming the holders."""
+    """flock within WAIT_S of `start`; past it, a UsageError naming the holders. The wait is a blocking flock
+    (the kernel queues it, and /proc/locks shows it) in a thread of its own, so that it can be given up."""
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         if on_wait:
             on_wait()
-    while time.monotonic() - start < WAIT_S:
-        time.sleep(0.05)
+    done, failed = threading.Event(), []
+
+    def wait():
         try:
-            fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
+            fcntl.flock(fd, mode)
+        except OSError as e:
+            failed.append(e)
+        done.set()
+
+    threading.Thread(target=wait, daemon=True).start()
+    if done.wait(max(0.0, WAIT_S - (time.monotonic() - start))):
+        if failed:
+            raise failed[0]
+        return
     from ..core.errors import UsageError
 
     raise UsageError(f"waited {WAIT_S:g} s for the {device} lease, held by {holders(fd) or 'a process out of sight'}: "
