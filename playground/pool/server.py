@@ -283,6 +283,7 @@ class _Server(ThreadingHTTPServer):
     connections then costs the students nothing but the flood's own slots."""
 
     daemon_threads = True
+    request_queue_size = 1024  # the listen backlog: socketserver's 5 drops a flood's SYNs, and a student's with them
 
     def __init__(self, *args):
         super().__init__(*args)
