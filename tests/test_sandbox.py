@@ -186,6 +186,6 @@ def test_a_lease_wait_is_bounded_and_names_the_holder(kplay, monkeypatch, tmp_pa
         result = kplay("run", "sum", "--n", "1000")
         said = " ".join(result.output.split())
         assert result.exit_code == 2 and "waited 1 s for the cpu lease, held by pid" in said, result.output
-        assert f"pid {holder.pid} (python3 -c" in said, result.output
+        assert f"pid {holder.pid} (" in said and "python3 -c import fcntl" in said, result.output
     finally:
         holder.kill()

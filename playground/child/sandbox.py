@@ -206,7 +206,7 @@ def _python_paths() -> list[str]:
     paths |= {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[2])}
     cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     paths |= {cuda} if cuda else set()
-    return sorted(p for p in paths if p != "/" and not p.startswith("/tmp"))
+    return sorted(p for p in paths if p not in ("/", "/tmp"))  # a venv under /tmp is bound over the sandbox's own
 
 
 def limits_that_hold() -> set[str]:

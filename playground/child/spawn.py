@@ -69,6 +69,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
                           f"and was stopped {phase.removesuffix(READ_ONLY)}")
     if hit and "result" not in reply:
         raise KernelCrash(f"{hit}, {phase.removesuffix(READ_ONLY)}")
+    if box and not reply and (said := next((t for t in tail if t.startswith("bwrap:")), None)):
+        raise UsageError(f"the sandbox could not start the worker: {said}")
     return _outcome(request, reply, phase, child.returncode, tail)
 
 
