@@ -6,7 +6,7 @@
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes) pool pool-tests notebook watch ladder sum linear
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
-#            tolerance check-cost timing-change (both need .base: the commit before, git archive'd) readonly
+#            tolerance check-cost timing-change (both need .base: the commit before, git archive'd) readonly sandbox
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
@@ -23,6 +23,8 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.
 { python3 -m pip install -q --no-deps .whl/*.whl
   python3 -m pip install -q --no-index --find-links .whl/nb nbclient nbformat ipykernel watchfiles
   python3 -m pip install -q --no-index --find-links .whl/pool distributed cryptography; } > $R/pip.txt 2>&1
+# The sandbox's bubblewrap, where the box lacks it: Debian's package, unpacked (.deb: apt-get download bubblewrap).
+command -v bwrap > /dev/null || { dpkg -x .deb/bubblewrap_*.deb /tmp/bw && export PATH=$PATH:/tmp/bw/usr/bin; }
 { nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda)"; nvcc --version | tail -2; } > $R/machine.txt 2>&1
 # The tests that time or profile run alone on the GPU; the rest, 8 at a time (pytest-xdist, carried).
 SERIAL="tests/test_timing.py tests/test_profile.py tests/test_resources.py tests/test_neighbours.py"
@@ -30,9 +32,9 @@ ALONE="tests/test_wrong.py::test_skip_and_rescale_fails_at_every_seed"  # 1e9 at
 PAR=$(ls tests/test_*.py | grep -v -e test_timing -e test_profile -e test_resources -e test_neighbours | tr '\n' ' ')
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
-        tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n 8 $PAR -k "not every_seed"
+        tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed"
                step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
-        tests-par) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n 8 $PAR -k "not every_seed" ;;
+        tests-par) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed" ;;
         tests-serial) step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
@@ -69,8 +71,9 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         notebook) step pytest-cuda-notebook 200 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_notebook.py ;;
         tolerance) step tolerance 400 python3 benchmarks/tolerance.py --device cuda --seeds ${SEEDS:-200} --out $R/tolerance.md \
                    ${FAMILIES:+--families $FAMILIES} ;;
-        check-cost) step check-cost 400 python3 benchmarks/check_cost.py --base .base --runs 5 --out $R/check-cost.md ;;
+        check-cost) step check-cost 400 python3 benchmarks/check_cost.py --base .base --runs ${RUNS:-5} --out $R/check-cost.md ;;
         timing-change) step timing-change 400 python3 benchmarks/timing_change.py --base .base --runs 3 --out $R/timing-change.md ;;
+        sandbox) step sandbox-gpu 300 python3 benchmarks/sandbox_gpu.py --runs ${RUNS:-3} --out $R/sandbox-gpu.md ;;
         readonly) step readonly-gpu 120 python3 benchmarks/readonly_gpu.py --out $R/readonly-gpu.md ;;
         nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
         nvbench-gap) step nvbench-gap 240 python3 benchmarks/nvbench_gap.py --out $R/nvbench-gap.md ;;
