@@ -73,7 +73,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                    ${FAMILIES:+--families $FAMILIES} ;;
         check-cost) step check-cost 400 python3 benchmarks/check_cost.py --base .base --runs ${RUNS:-5} --out $R/check-cost.md ;;
         timing-change) step timing-change 400 python3 benchmarks/timing_change.py --base .base --runs 3 --out $R/timing-change.md ;;
-        sandbox) step sandbox-gpu 300 python3 benchmarks/sandbox_gpu.py --runs ${RUNS:-3} --out $R/sandbox-gpu.md ;;
+        sandbox) step sandbox-gpu 300 python3 benchmarks/sandbox_gpu.py --runs ${RUNS:-3} ${CASES:+--cases "$CASES"} --out $R/sandbox-gpu.md ;;
         readonly) step readonly-gpu 120 python3 benchmarks/readonly_gpu.py --out $R/readonly-gpu.md ;;
         nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
         nvbench-gap) step nvbench-gap 240 python3 benchmarks/nvbench_gap.py --out $R/nvbench-gap.md ;;

@@ -21,8 +21,7 @@ from pathlib import Path
 from common import ROOT
 
 CASES = {"sum 1e8": ["sum", "--variant", "all", "--n", "1e8"],
-         "lltm 1024x512x1024": ["lltm", "--variant", "all", "--batch", "1024", "--features", "512",
-                                "--state", "1024"]}
+         "lltm": ["lltm", "--variant", "cuda"]}
 TOOLS = {"memcheck": ["run", "sum", "--variant", "fast", "--n", "1e6", "--sanitize", "memcheck"],
          "ncu": ["profile", "sum", "--variant", "fast", "--n", "1e7"],
          "sass": ["show", "sum", "--variant", "fast", "--sass", "--solution"]}
@@ -43,12 +42,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--cases", default=",".join(CASES), help="which cases, by name (comma-separated)")
     parser.add_argument("--device", default="cuda", help="cpu: sum's CPU rungs at 1e6, no tools (a dry run)")
     a = parser.parse_args()
     import torch
 
     gpu = a.device == "cuda"
-    cases, tools = (CASES, TOOLS) if gpu else ({"sum 1e6": ["sum", "--variant", "all", "--n", "1e6"]}, {})
+    cases, tools = ({k: CASES[k] for k in a.cases.split(",")}, TOOLS) if gpu else ({"sum 1e6": ["sum", "--variant", "all", "--n", "1e6"]}, {})
     where = f"{torch.cuda.get_device_name() if gpu else 'CPU'}; torch {torch.__version__}"
     lines = [f"# Kernels in and out of the sandbox ({where})", "",
              (f"`python3 benchmarks/sandbox_gpu.py --runs {a.runs}`: `kplay run ... --device DEVICE --json` with and "
