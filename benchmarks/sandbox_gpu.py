@@ -24,7 +24,8 @@ CASES = {"sum 1e8": ["sum", "--variant", "all", "--n", "1e8"],
          "lltm": ["lltm", "--variant", "cuda"]}
 TOOLS = {"memcheck": ["run", "sum", "--variant", "fast", "--n", "1e6", "--sanitize", "memcheck"],
          "ncu": ["profile", "sum", "--variant", "fast", "--n", "1e7"],
-         "sass": ["show", "sum", "--variant", "fast", "--sass", "--solution"]}
+         "cuobjdump": ["show", "sum", "--variant", "fast", "--sass", "--solution"]}
+VERDICTS = {"memcheck": "memcheck:", "ncu": "ncu", "cuobjdump": "functions"}  # the line that says how the tool did
 KPLAY = [sys.executable, str(ROOT / "cli.py")]
 
 
@@ -70,12 +71,12 @@ def main() -> None:
             lines.append(f"| {name} | {rung} | {out * 1e6:.1f} µs | {inside * 1e6:.1f} µs | {inside / out:.3f} | "
                          f"{noise:.3f} | {'yes' if same else 'no'} |")
             print(lines[-1], flush=True)
-    lines += ["", "In the sandbox (`KPLAY_SANDBOX=1`):", "", "| tool | command | exit | last line |", "|---|---|---:|---|"]
+    lines += ["", "In the sandbox (`KPLAY_SANDBOX=1`):", "", "| tool | command | exit | its verdict |", "|---|---|---:|---|"]
     for tool, args in tools.items():
         done = subprocess.run([*KPLAY, *args], capture_output=True, text=True, env={**os.environ, "KPLAY_SANDBOX": "1"})
         said = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-        last = (said or ["(nothing)"])[-1].replace("|", "/")[:100]
-        lines.append(f"| {tool} | `kplay {' '.join(args)}` | {done.returncode} | {last} |")
+        verdict = [line for line in done.stdout.splitlines() if VERDICTS[tool] in line] or ["(no such line)"]
+        lines.append(f"| {tool} | `kplay {' '.join(args)}` | {done.returncode} | {verdict[-1].strip()[:100]} |")
         print(lines[-1], flush=True)
         print("\n".join(said[-40:]), file=sys.stderr)
     text = "\n".join(lines) + "\n"

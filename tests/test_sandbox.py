@@ -173,6 +173,23 @@ def test_the_sandbox_flag_runs_a_kernel(kplay, monkeypatch):
     assert result.exit_code == 0, result.output
 
 
+def test_a_wrapping_tool_writes_its_log_from_inside(monkeypatch, tmp_path):
+    """compute-sanitizer and ncu run inside the sandbox, around the worker: the log each is told to write lands
+    where the supervisor reads it (the sandbox's /tmp is its own). A stand-in writes a real report."""
+    from test_sanitize import fake_sanitizer
+
+    from playground.compiler.toolchain import cache_dir
+    from playground.family import request
+    from playground.insight import sanitize
+
+    tools = cache_dir() / "test-tools" / str(os.getpid())  # inside, the shared cache is there (read-only); tmp is not
+    tools.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tools, "fast-memcheck"))
+    monkeypatch.setenv(sandbox.ENV, "1")
+    r = sanitize.run(request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True), "memcheck")
+    assert (r["ok"], r["sanitize"]["findings"], r["sanitize"]["summary"]) == (True, [], "0 errors"), r["sanitize"]
+
+
 def test_a_lease_wait_is_bounded_and_names_the_holder(kplay, monkeypatch, tmp_path):
     """A process holding the CPU's lease (a daemon of a kernel, before): the run waits KPLAY_LEASE_WAIT_S,
     then one line that names it."""

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from conftest import gpu
 from playground.child import spawn as isolate
+from playground.core.errors import KernelCrash
 from playground.family import registry, request
 from playground.insight import sanitize
 
@@ -200,6 +201,17 @@ def test_a_clean_tool_run_keeps_the_run_s_own_verdict(tmp_path, monkeypatch):
     monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tmp_path, "fast-memcheck"))
     r = sanitize.run(request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True), "memcheck")
     assert (r["ok"], r["exit_code"], r["sanitize"]["findings"]) == (True, 0, [])
+
+
+@pytest.mark.slow
+def test_a_tool_run_with_no_summary_is_not_called_clean(tmp_path, monkeypatch):
+    """A log the tool could not write (a folder it cannot reach) has no summary: an error, never "clean"."""
+    tool = tmp_path / "compute-sanitizer"
+    tool.write_text('#!/bin/sh\nwhile [ "$1" != "--log-file" ]; do shift; done\nshift 2\nexec "$@"\n')
+    tool.chmod(0o755)
+    monkeypatch.setattr(sanitize, "executable", lambda: str(tool))
+    with pytest.raises(KernelCrash, match=r"memcheck gave no summary \(its log: not written\), so the run cannot"):
+        sanitize.run(request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True), "memcheck")
 
 
 def test_the_tool_s_own_error_is_kept_for_the_crash_message():

@@ -101,7 +101,9 @@ def run(req, on_event=events.ignore, ncu: bool = True) -> dict:
         if result:
             note = from_ncu(result, text)
         else:
-            note = NO_COUNTERS if "ERR_NVGPUCTRPERM" in text else f"the run under ncu failed: {error}"
+            said = next((d for d in getattr(error, "details", []) if d.startswith("==ERROR==")), "")
+            note = NO_COUNTERS if "ERR_NVGPUCTRPERM" in text + said else f"the run under ncu failed: {error}" + (
+                f" ({said.removeprefix('==ERROR==').strip()})" if said else "")
         if note is None:
             rates(result)
             return result | {"ncu": None}
@@ -133,7 +135,7 @@ def _under_ncu(req, exe: str, on_event) -> tuple[dict | None, str, Exception | N
         result, error = None, None
         try:
             under = [exe, *NCU_ARGS, "--log-file", str(log)]
-            result = isolate.run(dataclasses.replace(req, mode="nvtx"), on_event, under=under)
+            result = isolate.run(dataclasses.replace(req, mode="nvtx"), on_event, under=under, writable=(tmp,))
         except KplayError as e:
             error = e
         return result, (log.read_text(errors="replace") if log.exists() else ""), error

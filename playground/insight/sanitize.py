@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,19 +163,25 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
     argv = [executable(), "--tool", tool, "--target-processes", "application-only", "--print-limit", str(PRINT_LIMIT),
             "--show-backtrace", "device"]
     log = cache_dir() / "sanitize" / f"{req.family}-{tool}.log"
-    own = log.with_suffix(f".{os.getpid()}.log")  # this run's until it is read: another run at once writes its own
     log.parent.mkdir(parents=True, exist_ok=True)
     crash = None
-    try:
-        result = isolate.run(req, on_event, under=[*argv, "--log-file", str(own)],
-                             env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
-    except KernelCrash as e:  # memcheck's finding may end the kernel: "unspecified launch failure"
-        result, crash = None, e
-    text = own.read_text(errors="replace") if own.exists() else ""
-    if own.exists():  # kept under the name the report gives
-        os.replace(own, log)
-    else:
-        log.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kplay-tool-") as tmp:  # this run's log, where the sandbox lets the tool write
+        own = Path(tmp) / log.name
+        try:
+            result = isolate.run(req, on_event, under=[*argv, "--log-file", str(own)],
+                                 env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, writable=(tmp,))
+        except KernelCrash as e:  # memcheck's finding may end the kernel: "unspecified launch failure"
+            result, crash = None, e
+        text = own.read_text(errors="replace") if own.exists() else ""
+        if own.exists():  # kept under the name the report gives
+            shutil.move(own, log)
+        else:
+            log.unlink(missing_ok=True)
+    if not crash and not summary(text):  # no summary, no verdict: "clean" would be a guess
+        crash = KernelCrash(f"{tool} gave no summary (its log: {'empty' if text else 'not written'}), so the run "
+                            "cannot be called clean")
+        crash.details = tool_errors(text)
+        raise crash
     fam = req.load_family()
     found = record(tool, text, fam, fam.pick_variants("cuda", req.variant), str(log))
     if crash and not found["findings"]:  # the tool's own complaint, if it had one (no driver, no device)
