@@ -8,7 +8,6 @@ are none, and was never seen with some), and only the findings in the variant's 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import shutil
 import tempfile
