@@ -32,10 +32,10 @@ ALONE="tests/test_wrong.py::test_skip_and_rescale_fails_at_every_seed"  # 1e9 at
 PAR=$(ls tests/test_*.py | grep -v -e test_timing -e test_profile -e test_resources -e test_neighbours | tr '\n' ' ')
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
-        tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed"
+        tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed"
                step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
-        tests-par) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed" ;;
-        tests-serial) step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
+        tests-par) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed" ;;
+        tests-serial) step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
