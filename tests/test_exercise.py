@@ -36,7 +36,31 @@ def test_strip_numbers_todos_keeps_stubs_and_reads_why():
     starter, hints = markers.strip(text, "x.cpp", first=3)
     assert starter == "int f() {\n  // TODO 3: Return the answer.\n  return 0;\n}\n// TODO 4: Second.\n"
     assert [(h.number, h.line, h.what, h.why) for h in hints] == [(3, 2, "Return the answer.", "It is 42."),
-                                                                 (4, 9, "Second.", "")]
+                                                                 (4, 5, "Second.", "")]  # the starter's lines
+
+
+def test_a_hints_code_is_its_own_field_and_fills_its_todo_on_request():
+    text = ("int f() {\n  // kplay:todo Return the answer.\n  // kplay:code return 6 * 7;\n  // kplay:code // (so)\n"
+            "  return 42;\n  // kplay:stub\n  // return 0;\n  // kplay:end\n}\n")
+    starter, hints = markers.strip(text, "x.cpp")
+    assert starter == "int f() {\n  // TODO 1: Return the answer.\n  return 0;\n}\n"
+    assert hints[0].code == "return 6 * 7;\n// (so)"
+    filled, _ = markers.strip(text, "x.cpp", fill={1: hints[0].code})
+    assert filled == "int f() {\n  // TODO 1: Return the answer.\n  return 6 * 7;\n  // (so)\n}\n"
+
+
+def test_a_started_folders_hints_point_at_its_todos_and_give_code_apart(kplay, tmp_path):
+    """The hint lines in the started task.toml are the starter's, and a hint with code shows it under `code:`."""
+    assert kplay("start", "sum/cpp", tmp_path / "me").exit_code == 0
+    table = registry.tomllib.loads((tmp_path / "me" / "task.toml").read_text())["exercise"]
+    for h in table["hints"]:
+        line = (tmp_path / "me" / h["file"]).read_text().splitlines()[h["line"] - 1]
+        assert f"// TODO {h['number']}: {h['what']}" in line, (h, line)
+    coded = [h for h in table["hints"] if h.get("code")]
+    assert coded and "(" not in coded[0]["what"]  # the prose says what; the code is its own field
+    shown = kplay("hint", tmp_path / "me", str(coded[0]["number"]))
+    assert shown.exit_code == 0 and "  code:\n    torch::stable::parallel_for(0, chunks, 1," in shown.output, shown.output
+    assert "`kplay check .`" in (tmp_path / "me" / "task.toml").read_text().splitlines()[0]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -214,6 +238,33 @@ def test_every_built_in_starter_compiles(kplay, tmp_path, name):
     result = kplay("start", name, tmp_path / "me")
     assert result.exit_code == 0, result.output
     assert "TODO 1:" in "".join(p.read_text() for p in (tmp_path / "me").glob("*.c[up]*"))
+
+
+def _coded(name: str) -> bool:
+    family, variant = name.split("/")
+    fam = registry.find(family)
+    files = {n: (fam.path / n).read_text() for n in fam.variant(variant).sources}
+    return any(h.code for h in markers.starter_files(files, fam.path)[1])
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", [n for n in BUILT_IN if _coded(n)])
+def test_every_hints_code_compiles_in_its_todos_place(tmp_path, name):
+    """Each code a hint gives, put where its TODO is in the starter (all of one exercise's at once), builds."""
+    from playground.family import render
+
+    family, variant = name.split("/")
+    fam = registry.find(family)
+    v, params = fam.variant(variant), fam.parse_params([])
+    files = {**render.sources(fam, v, params), **{n: render.header(fam, v, n) for n in v.includes}}
+    hints = markers.starter_files(files, fam.path)[1]
+    filled, _ = markers.starter_files(files, fam.path, fill={h.number: h.code for h in hints if h.code})
+    copy = tmp_path / family
+    shutil.copytree(fam.path, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    for n, text in filled.items():
+        (copy / n).write_text(text)
+    assert any(h.code.splitlines()[0] in filled[h.file] for h in hints if h.code)
+    exercise._compiles(registry.load_family(copy), v, params, name, str(copy))
 
 
 @pytest.mark.cuda

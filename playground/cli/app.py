@@ -529,6 +529,10 @@ def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay 
     out.print(f"  what: {escape(found['what'])}", highlight=False)
     if found.get("why"):
         out.print(f"  why: {escape(found['why'])}", highlight=False)
+    if found.get("code"):  # it compiles where the TODO is
+        out.print("  code:", highlight=False)
+        for line in found["code"].splitlines():
+            out.print(f"    {escape(line)}", highlight=False)
 
 
 Results = Annotated[Optional[list[Path]], typer.Argument(metavar="RESULTS", show_default=False,

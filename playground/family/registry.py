@@ -55,7 +55,8 @@ VALUES_KEYS = {"size": "a string", "help": "a string"}
 BENCH_KEYS = {"size": "a string", "tie": "a list of strings", "sizes": "a string"}
 EXERCISE_KEYS = {"family": "a string", "variant": "a string", "student": "a string", "id": "a string",
                  "hints": "a list of tables"}  # written by kplay start
-HINT_KEYS = {"number": "an integer", "file": "a string", "line": "an integer", "what": "a string", "why": "a string"}
+HINT_KEYS = {"number": "an integer", "file": "a string", "line": "an integer", "what": "a string", "why": "a string",
+             "code": "a string"}
 
 
 def did_you_mean(word: str, known) -> str:

@@ -71,7 +71,7 @@ def start(fam: registry.Family, variant: registry.Variant, folder: Path, params:
         raise UsageError(f"{fam.name}/{variant.name} has no // kplay:todo regions: nothing to start")
     who = (name or os.environ.get("KPLAY_STUDENT", "")).strip()
     table = {"family": fam.name, "variant": variant.name, **({"student": who} if who else {}),
-             "id": uuid.uuid4().hex[:6], "hints": [asdict(h) for h in hints]}
+             "id": uuid.uuid4().hex[:6], "hints": [{k: v for k, v in asdict(h).items() if k != "code" or v} for h in hints]}
     with tempfile.TemporaryDirectory(prefix="kplay-starter-") as tmp:
         eject(fam, Path(tmp), [variant], params, starter=True, exercise=table)
         _compiles(registry.load_family(Path(tmp)), variant, params, f"{fam.name}/{variant.name}", tmp)

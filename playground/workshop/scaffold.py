@@ -96,7 +96,8 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         "test_sizes": list(fam.test_sizes),
         "variants": {v.name: _variant_table(v) for v in variants},
     }
-    files["task.toml"] = "# Ejected by kplay: edit the sources, then `kplay run .`\n" + to_toml(task)
+    then = "kplay check ." if exercise else "kplay run ."  # a started exercise is checked
+    files["task.toml"] = f"# Written by kplay: edit the sources, then `{then}`\n" + to_toml(task)
     files["spec.py"] = (fam.path / "spec.py").read_text()
     return _write(folder, files, force)
 

@@ -54,9 +54,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> lltm_backward(const Tensor& g
   const int64_t state = new_cell.size(1);
   auto g = gates.chunk(3, /*dim=*/1);  // input_gate, output_gate, candidate_cell
   const Tensor tanh_cell = new_cell.tanh();
-  // kplay:todo d_new_cell = tanh'(new_cell) * grad_h * output gate + grad_cell (at::tanh_backward(g, tanh_cell)).
+  // kplay:todo d_new_cell = tanh'(new_cell) * grad_h * output gate + grad_cell.
   // kplay:why new_h = tanh(new_cell) * output gate, and new_cell is also an output itself: the gradients of
   // kplay:why the two paths add. at::tanh_backward(g, t) is g * (1 - t^2), from the activation t kept.
+  // kplay:code const Tensor d_new_cell = at::tanh_backward(grad_h.mul(g[1]), tanh_cell);  // + grad_cell
   const Tensor d_new_cell = at::tanh_backward(grad_h.mul(g[1]), tanh_cell).add_(grad_cell);  // = d_old_cell
   // kplay:stub
   // const Tensor d_new_cell = grad_cell.mul(0);

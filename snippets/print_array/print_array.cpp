@@ -25,9 +25,10 @@ void print_array(Tensor x) {
   STD_TORCH_CHECK(x.is_cpu(), "print_array (C++): x must be on the CPU, where this code can read it");
   Tensor c = torch::stable::contiguous(x);
   switch (c.scalar_type()) {
-    // kplay:todo One case per dtype: Int calls print_values<int32_t>(c, "%" PRId32 "\n"); likewise Long, Float, Double.
+    // kplay:todo One case per dtype, each calling print_values with its C++ type: Int, Long, Float, Double.
     // kplay:why data_ptr() is raw bytes: reading a float tensor as int32_t prints garbage, so the C++ type must
     // kplay:why follow the dtype.
+    // kplay:code case ScalarType::Int: print_values<int32_t>(c, "%" PRId32 "\n"); break;  // then Long, Float, Double
     case ScalarType::Int: print_values<int32_t>(c, "%" PRId32 "\n"); break;
     case ScalarType::Long: print_values<int64_t>(c, "%" PRId64 "\n"); break;
     case ScalarType::Float: print_values<float>(c, "%.9g\n"); break;     // 9 digits round-trip a float

@@ -55,9 +55,12 @@ double sum_all(const T* x, int64_t n) {
   if (n <= kChunk) return sum_range(x, 0, n);  // one chunk: no task to hand out (small n is all call overhead)
   int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks);
-  // kplay:todo Sum the chunks in parallel: parallel_for(0, chunks, 1, lambda) sets partial[c] = sum_range of chunk c.
+  // kplay:todo Sum the chunks in parallel: each task sets partial[c] = sum_range of chunk c, for its chunks.
   // kplay:why Chunk c is x[c * kChunk, min(n, (c + 1) * kChunk)). Each task writes only its own partials, so
   // kplay:why threads share nothing, and adding the partials in order gives one answer on 1 thread or 64.
+  // kplay:code torch::stable::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+  // kplay:code   for (int64_t c = first; c < last; ++c) partial[c] = 0;  // 0: chunk c's sum_range instead
+  // kplay:code });
   torch::stable::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
     for (int64_t c = first; c < last; ++c)
       partial[c] = sum_range(x, c * kChunk, std::min(n, (c + 1) * kChunk));

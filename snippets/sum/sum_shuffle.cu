@@ -13,8 +13,9 @@ static_assert(kThreads >= 64 && kThreads <= 1024 && kThreads % 32 == 0,
 
 template <typename T>
 __device__ T warp_sum(T v) {
-  // kplay:todo Add up the warp's 32 values: v += __shfl_down_sync(0xffffffffu, v, offset) for offset 16, 8, 4, 2, 1.
+  // kplay:todo Add up the warp's 32 values: add the value `offset` lanes down, for offset 16, 8, 4, 2, 1.
   // kplay:why A shuffle reads another lane's register directly: no shared memory and no __syncthreads() inside a warp.
+  // kplay:code v += __shfl_down_sync(0xffffffffu, v, 16);  // then 8, 4, 2 and 1
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
   // kplay:end
   return v;  // lane 0 holds the warp's sum
