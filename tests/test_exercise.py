@@ -112,8 +112,10 @@ def test_start_check_hint_fix_check(kplay, tmp_path):
     assert [(d["dtype"], d["passed"], d["checked"]) for d in rec["dtypes"]] == [("float32", 7, 19), ("float64", 7, 19)]
     assert rec["failures"] == {"wrong value": 24} and rec["checked"] == 38 and rec["passed"] == 14, rec
     assert rec["speedup"] is None and rec["run"]["variants"][0]["check"]["ok"] is False
+    assert rec["run"]["variants"][0]["time"] is None and not rec["run"]["baselines"]  # a wrong kernel is not timed
     shown = kplay("check", student, "--device", "cpu", "--seed", 0)
     assert shown.exit_code == 1 and "14/38 cases passed (24 wrong value)" in shown.output, shown.output
+    assert "✗ cpp: n=1: out[]: got " in shown.output and "kept from another call" not in shown.output
 
     hint = kplay("hint", student)
     assert hint.exit_code == 0 and "hint 1/1 · TODO 1 in sum.cpp" in hint.output

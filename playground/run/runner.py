@@ -73,12 +73,13 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
         dtype = getattr(torch, req.dtype)
         main = make_inputs(spec, req.sizes, dtype, device, req.seed, main_distribution(fam))
         _check_all(spec, fam, req, result, built, main, dtype, on_event)
-    if fam.bench and req.bench:
+    passed = {v.variant: built[v.variant][0] for v in result.variants if v.check.ok}  # a wrong kernel is not timed
+    if fam.bench and req.bench and passed:
         with lease.held(key, exclusive=True, on_wait=waiting) as waited:
             on_event(events.PHASE, phase="time")
             with neighbours.Watch(device, host=spec.wall_clock or device == "cpu") as watch:
                 result.lease = {"device": key, "waited_s": waited_first + waited, "timed_from": time.time()}
-                _time(spec, req, result, {k: ops for k, (ops, _) in built.items()}, baselines, main, dtype, on_event)
+                _time(spec, req, result, passed, baselines, main, dtype, on_event)
                 result.lease["timed_to"] = time.time()
         _neighbours(result, watch.seen)
     if device == "cuda":  # the GPU may be shared: what this run cached goes back to it (playground.run in a loop)
@@ -114,8 +115,8 @@ def _neighbours(result: RunResult, seen: neighbours.Seen) -> None:
 
 
 def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype, on_event=events.ignore) -> None:
-    """Time every variant and baseline in one round-robin, on fresh inputs; judge what the timer saw;
-    fill in the rates and the speedups."""
+    """Time every variant in `ops` (those that passed the check) and every baseline in one round-robin, on fresh
+    inputs; judge what the timer saw; fill in the rates and the speedups."""
     from .peaks import peaks
     from .timing import copy_bandwidth
 
@@ -136,7 +137,7 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     peak = peaks(device)
     roof = _roof(result, peak, nbytes, flops)
     contenders = [(("baseline", name), BaselineResult(name=name)) for name in baselines]
-    contenders += [(("variant", v.variant), v) for v in result.variants]
+    contenders += [(("variant", v.variant), v) for v in result.variants if v.variant in ops]
     for key, who in contenders:
         labels = steps[key][0]
         who.set_times({s: stats[(*key, s)] for s in labels}, {s: walls[(*key, s)] for s in labels} if walls else {})
@@ -174,7 +175,7 @@ def _judge(spec, result: RunResult, outputs, peak) -> None:
     import torch
 
     major = torch.cuda.get_device_capability()[0] if result.device == "cuda" else None
-    for v in result.variants:
+    for v in (v for v in result.variants if v.time):
         found = [*outputs.findings(v.variant, v.timings), *trust.unseen_work(v.timings),
                  *([] if spec.wall_clock else trust.impossible(v, peak, major, result.dtype))]  # warm: the L2 may serve it
         if found:
