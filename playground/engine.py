@@ -7,6 +7,7 @@ the magic runs the CLI in a child process and calls this module for its cells.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from .child import spawn
@@ -177,12 +178,19 @@ def export(fam, folder: Path, device: str, variant: str | None, params: list[str
     return scaffold.export(fam, folder, v, fam.parse_params(params, [v]), force)
 
 
-def start(name: str, folder: Path, params: list[str], force: bool, student: str | None, paths):
-    """`kplay start NAME[/VARIANT] DIR`: (the variant taken, the files written)."""
+def start(name: str, folder: Path, params: list[str], force: bool, student: str | None, paths,
+          warn=lambda line: None):
+    """`kplay start NAME[/VARIANT] DIR`: (the exercise's name, family/variant, and the files written). A CUDA
+    exercise on a machine with no GPU is warned of before anything is written."""
     fam_name, variant = (name, None) if Path(name).exists() or "/" not in name else name.rsplit("/", 1)
     fam = registry.find(fam_name, paths)
-    v = exercise.pick(fam, variant, gpu=variant is None and has_gpu())
-    return v, exercise.start(fam, v, folder, fam.parse_params(params, [v]), force, student)
+    gpu = has_gpu()
+    v = exercise.pick(fam, variant, gpu=variant is None and gpu)
+    taken = f"{fam.name}/{v.name}"
+    if v.device == "cuda" and not gpu:
+        warn(f"{taken} is a CUDA exercise and no GPU is visible here: check it on a machine with one, or on the "
+             "class's pool (kplay check DIR --pool TOKEN)")
+    return taken, exercise.start(fam, v, folder, fam.parse_params(params, [v]), force, student)
 
 
 def check(folder: Path, device: str, student: str | None, timeout: float, sanitize: bool, pool: Path | None,
@@ -274,7 +282,7 @@ def pool_start(folder: Path, host: str, port: int, endpoint_port: int, cpu_worke
     cluster.needs_dask()
     p = cluster.create(folder, host, port, endpoint_port)
     joined = cluster.join_file(p, folder / "join.json")
-    say(f"pool folder {folder}; other servers join with kplay pool join {joined} (keep it secret)")
+    say(f"pool folder {folder}; other servers join with kplay pool join {shlex.quote(str(joined))} (keep it secret)")
     cluster.serve(p, cpu_workers, say)
 
 

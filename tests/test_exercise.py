@@ -1,6 +1,8 @@
 """Exercises made from solutions: the markers, start → check fails → hint → fix → check passes, show/eject."""
 
 import json
+import re
+import shlex
 import shutil
 
 import pytest
@@ -146,6 +148,7 @@ def test_start_with_a_family_name_alone_on_a_laptop_takes_its_cpu_exercise(kplay
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     result = kplay("start", "sum", tmp_path / "me")
     assert result.exit_code == 0, result.output
+    assert "started sum/cpp; fill in the TODOs" in result.stdout and "warning" not in result.stderr
     assert registry.load_family(tmp_path / "me").exercise["variant"] == "cpp"
     assert "TODO 3: Sum the chunks in parallel" in (tmp_path / "me" / "sum.cpp").read_text()
 
@@ -184,6 +187,14 @@ def test_an_int32_only_print_array_answer_fails_check(kplay, tmp_path):
     assert [(d["dtype"], d["passed"] == d["checked"]) for d in rec["dtypes"]] == [
         ("int32", True), ("int64", False), ("float32", False), ("float64", False)]
     assert rec["passed"] == 9 and rec["checked"] == 36, rec  # 6 cases and 3 drawn sizes per dtype
+
+
+def test_the_printed_next_command_works_when_pasted(kplay, tmp_path):
+    folder = tmp_path / "a b é [x]"
+    result = kplay("start", "print_array", folder)
+    assert result.exit_code == 0, result.output
+    pasted = re.search(r"kplay check (.+?) \(stuck\? kplay hint (.+?)\)$", result.stdout.strip().splitlines()[-1])
+    assert shlex.split(pasted[1]) == shlex.split(pasted[2]) == [str(folder)], result.stdout
 
 
 def test_start_never_overwrites_a_students_folder(kplay, tmp_path):
@@ -315,7 +326,12 @@ def test_show_ptx_of_a_marked_rung_is_the_starters_code_unless_solution(kplay):
 def test_checking_a_cuda_exercise_without_a_gpu_says_why(kplay, tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU in the worker, which picks the device
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # nor here
-    assert kplay("start", "sum/shuffle", tmp_path / "me").exit_code == 0
+    started = kplay("start", "sum/shuffle", tmp_path / "me")
+    said = " ".join(started.stderr.split())
+    assert started.exit_code == 0 and said.startswith("warning: sum/shuffle is a CUDA exercise and no GPU is visible "
+                                                      "here: check it on a machine with one, or on the class's pool")
+    refused = kplay("start", "sum/shuffle", tmp_path / "me")  # said before writing: also when the write is refused
+    assert refused.exit_code == 2 and "is a CUDA exercise" in refused.stderr and "not empty" in refused.stderr
     result = kplay("check", tmp_path / "me")
     assert result.exit_code == 2 and "has only cuda variants (shuffle); this run is on cpu (no GPU here" in result.stderr
 

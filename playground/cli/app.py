@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from enum import Enum
 from functools import wraps
@@ -155,9 +156,10 @@ def emit(data, as_json: bool, render) -> None:
 
 
 def as_path(folder) -> str:
-    """A folder as `kplay run` reads it: a bare name would mean the built-in family."""
+    """A folder as `kplay run` reads it (a bare name would mean the built-in family), quoted for the shell and
+    escaped for rich: a printed command works when pasted."""
     folder = Path(folder)
-    return str(folder) if folder.is_absolute() or str(folder).startswith(".") else f"./{folder}"
+    return escape(shlex.quote(str(folder) if folder.is_absolute() or str(folder).startswith(".") else f"./{folder}"))
 
 
 @app.callback()
@@ -446,9 +448,10 @@ def start(exercise_: Annotated[str, typer.Argument(metavar="NAME", help="NAME or
                                                                      "(default: $KPLAY_STUDENT, else the login and this start's id).")] = None):
     """Write an exercise's starter: each marked region a numbered TODO; it compiles and fails the check."""
     with spinner(err):
-        _, written = engine.start(exercise_, folder, param or [], force, name, path)
+        taken, written = engine.start(exercise_, folder, param or [], force, name, path, warn)
     wrote(written)
-    out.print(f"fill in the TODOs, then: [b]kplay check {as_path(folder)}[/b] (stuck? [b]kplay hint {as_path(folder)}[/b])")
+    out.print(f"started {escape(taken)}; fill in the TODOs, then: [b]kplay check {as_path(folder)}[/b] "
+              f"(stuck? [b]kplay hint {as_path(folder)}[/b])", highlight=False, soft_wrap=True)  # one line, to paste
 
 
 Student = Annotated[Optional[str], typer.Option("--name", help="The student's name in the record (default: the one "

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -50,7 +51,7 @@ class Pool:
         try:
             return json.loads((self.folder / "pool.json").read_text())
         except (OSError, ValueError):
-            raise UsageError(f"{self.folder} is not a pool folder (kplay pool start --dir {self.folder} makes one)") from None
+            raise UsageError(f"{self.folder} is not a pool folder (kplay pool start --dir {shlex.quote(str(self.folder))} makes one)") from None
 
     @property
     def results(self) -> Path:

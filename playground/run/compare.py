@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 from ..core.errors import UsageError
@@ -25,7 +26,7 @@ def load(path: Path, req=None) -> dict:
     except OSError as e:
         raise UsageError(f"--against {path}: {e.strerror.lower() if e.strerror else e}") from None
     except ValueError:
-        raise UsageError(f"--against {path}: not JSON (write it with kplay run ... --json > {path})") from None
+        raise UsageError(f"--against {path}: not JSON (write it with kplay run ... --json > {shlex.quote(str(path))})") from None
     timed = lambda t: t is None or isinstance(t, dict) and all(k in t for k in ("median_s", "q1_s", "q3_s"))
     if (not isinstance(record, dict) or "family" not in record or not isinstance(record.get("variants"), list)
             or not all(isinstance(v, dict) and "variant" in v and timed(v.get("time")) for v in record["variants"])):

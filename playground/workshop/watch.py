@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import shlex
 import signal
 import threading
 import time
@@ -31,7 +32,7 @@ def folder(path: str) -> Path:
     if not p.is_dir():
         raise UsageError(f"{path}: no such folder")
     if not (p / "task.toml").is_file():
-        raise UsageError(f"{path} is not a kernel folder: it has no task.toml (kplay eject sum {path} writes one)")
+        raise UsageError(f"{path} is not a kernel folder: it has no task.toml (kplay eject sum {shlex.quote(str(path))} writes one)")
     return p.resolve()
 
 
