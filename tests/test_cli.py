@@ -191,6 +191,20 @@ def test_a_family_shadowing_a_built_in_gets_a_warning(kplay, tmp_path):
     assert "hides" not in kplay("list").stderr
 
 
+def test_path_to_a_missing_folder_warns_and_a_familys_own_folder_works(kplay, tmp_path, monkeypatch):
+    import shutil
+
+    missing = kplay("list", "--path", tmp_path / "nonexist")
+    assert missing.exit_code == 0 and f"warning: --path {tmp_path / 'nonexist'}: no such folder" in missing.stderr
+    shutil.copytree(ROOT / "snippets" / "print_array", tmp_path / "myfam")  # a family is named by its folder
+    assert "myfam" in kplay("list", "--path", tmp_path / "myfam").stdout  # the family's own folder, as --path
+    ran = kplay("run", "myfam", "--path", tmp_path / "myfam", "--values", "1,2", "--no-bench")
+    assert ran.exit_code == 0, ran.output
+    monkeypatch.chdir(tmp_path)  # its folder here, named as a family: how to run it
+    bare = kplay("run", "myfam")
+    assert bare.exit_code == 2 and "the folder myfam here holds one: give it as a path, ./myfam" in bare.stderr
+
+
 def test_a_cpp_check_names_the_students_file_and_line(kplay, tmp_path):
     import shutil
 

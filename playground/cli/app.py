@@ -65,7 +65,17 @@ class Device(str, Enum):
 
 Name = Annotated[Optional[str], typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.",
                                                show_default=False)]
-Path_ = Annotated[Optional[list[str]], typer.Option("--path", help="Extra folder of kernel families (also $KPLAY_PATH).")]
+def _paths_there(paths: list[str] | None) -> list[str] | None:
+    """--path: a folder that is not there is warned of (a typo would find nothing, silently)."""
+    from ..family.registry import missing_paths
+
+    for line in missing_paths(paths):
+        warn(line)
+    return paths
+
+
+Path_ = Annotated[Optional[list[str]], typer.Option("--path", metavar="DIR", callback=_paths_there,
+                                                    help="Extra folder of kernel families (also $KPLAY_PATH).")]
 Json = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
 Sandbox = Annotated[bool, typer.Option("--sandbox", envvar="KPLAY_SANDBOX", show_envvar=False,
                                        help="Build and run the kernel in a sandbox (bubblewrap): no network, no "

@@ -433,7 +433,7 @@ def scan(extra: list[str] | None = None) -> tuple[dict[str, Family], list[str]]:
     found: dict[str, Family] = {}
     refused = []
     for root in reversed(search_path(extra)):
-        for toml in sorted(root.glob("*/task.toml")):
+        for toml in [*root.glob("task.toml"), *sorted(root.glob("*/task.toml"))]:  # --path a family's own folder too
             try:
                 fam = load_family(toml.parent)
             except UsageError as e:
@@ -483,6 +483,15 @@ def find(name: str, extra: list[str] | None = None) -> Family:
     known = scan(extra)[0]  # a refused family elsewhere does not stop the search
     if name in known:
         return known[name]
+    if (Path(name) / "task.toml").exists():  # a folder here, named as a family: say how to run it
+        raise UsageError(f"unknown kernel '{name}'; the folder {name} here holds one: give it as a path, ./{name}")
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(known)}"
     raise UsageError(f"unknown kernel '{name}'{hint}")
+
+
+def missing_paths(extra: list[str] | None = None) -> list[str]:
+    """A warning for each --path or $KPLAY_PATH folder that is not there (a typo finds nothing, silently)."""
+    env = [p for p in os.environ.get("KPLAY_PATH", "").split(os.pathsep) if p]
+    return [f"{'--path' if p in (extra or []) else 'KPLAY_PATH'} {p}: no such folder" for p in [*(extra or []), *env]
+            if not Path(p).expanduser().is_dir()]
