@@ -1,6 +1,7 @@
 """Every command through the CLI, the JSON output, and bad input: one line and the documented exit code."""
 
 import json
+import re
 
 import pytest
 
@@ -203,6 +204,25 @@ def test_path_to_a_missing_folder_warns_and_a_familys_own_folder_works(kplay, tm
     monkeypatch.chdir(tmp_path)  # its folder here, named as a family: how to run it
     bare = kplay("run", "myfam")
     assert bare.exit_code == 2 and "the folder myfam here holds one: give it as a path, ./myfam" in bare.stderr
+
+
+@pytest.mark.parametrize("command", ["list", "show", "run", "bench", "profile", "eject", "export", "start", "check",
+                                     "hint", "board", "clean", "doctor", "pool start", "pool add-student",
+                                     "pool join", "pool status"])
+def test_help_placeholders_are_words_and_a_flag_has_none(kplay, command):
+    shown = kplay(*command.split(), "--help")
+    assert shown.exit_code == 0, shown.output
+    typed = re.findall(r"<(?:bool|int|float|str|path|list\[\w+\])>", shown.output)
+    assert not typed, (typed, shown.output)
+
+
+def test_integer_options_take_what_sizes_take(kplay):
+    for written, seed in [("1e3", 1000), ("10_000", 10000), ("7", 7)]:
+        result = kplay("run", "sum", "--n", "100", "--no-bench", "--json", "--seed", written)
+        assert result.exit_code == 0 and json.loads(result.stdout)["seed"] == seed, result.output
+    for bad in ("1.5", "abc", "1e99"):
+        result = kplay("run", "sum", "--n", "100", "--seed", bad)
+        assert result.exit_code == 2 and f"'{bad}' is not a whole number (1000, 1e3 and 1_000 are)" in result.stderr
 
 
 def test_a_cpp_check_names_the_students_file_and_line(kplay, tmp_path):

@@ -57,7 +57,7 @@ def test_every_command_help_exits_0_and_shows_its_usage(command, flag):
     (["run"], "kplay run: missing the kernel's NAME"),
     (["profile"], "kplay profile: missing the kernel's NAME"),
     (["watch"], "kplay watch: missing the kernel's FOLDER"),
-    (["show"], "Missing argument 'name'"),
+    (["show"], "Missing argument 'NAME'"),
     (["list", "--nope"], "No such option: --nope"),
     (["run", "sum", "--nope", "3"], "--nope does not apply to sum"),
     (["run", "lltm", "--no-compile"], "--no-compile does not apply to lltm"),  # gone: --skip-baseline torch.compile

@@ -30,8 +30,65 @@ out = Console()
 err = Console(stderr=True)
 
 
+def whole(value) -> int:
+    """An integer option written as sizes are: 1000, 1e3 or 1_000."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().replace("_", "")
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        x = float(text)
+    except ValueError:
+        x = None
+    if x is None or not x.is_integer() or abs(x) >= 2 ** 63:
+        raise typer.BadParameter(f"{value!r} is not a whole number (1000, 1e3 and 1_000 are)")
+    return int(x)
+
+
+def _at_least(low: int, n: int) -> int:
+    if n < low:
+        raise typer.BadParameter(f"{n} is below {low}")
+    return n
+
+
+WORDS = {"timeout": "SECONDS", "param": "NAME=VALUE", "size": "NAME=VALUE", "sizes": "SIZES", "tie": "SIZES",
+         "over": "SIZE", "against": "FILE", "csv": "FILE", "plot": "FILE", "roofline": "FILE", "host": "HOST",
+         "seed": "N", "number": "N", "port": "N", "endpoint_port": "N", "cpu_workers": "N", "pool": "TOKEN-FILE",
+         "folder": "DIR", "out_dir": "DIR", "dir": "DIR", "path": "DIR", "join_file": "FILE", "results": "RESULTS"}
+
+
+def worded(command) -> None:
+    """Help placeholders in words, not Python types: a flag has none; a number N (a timeout SECONDS), a folder
+    DIR, anything else NAME."""
+    for sub in getattr(command, "commands", {}).values():
+        worded(sub)
+    made = command.get_help_option
+
+    def help_option(ctx, made=made):  # --help is made per call, outside command.params: a flag, no placeholder
+        option = made(ctx)
+        if option is not None and option.metavar is None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
+    for p in command.params:
+        if p.metavar is None and not getattr(p, "is_flag", False) and p.name not in ("device",):
+            p.metavar = WORDS.get(p.name, "NAME")
+        elif getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+        if not any(o.startswith("-") for o in p.opts):  # an argument: its placeholder is its name, no type beside it
+            p.display_type_rich = lambda ctx: ""  # (typer >= 0.20 prints the annotation there)
+
+
 class OneLineErrors(TyperGroup):
     """Typer's own usage errors (a bad option, a missing argument) as one red line and exit 2, like kplay's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        worded(self)
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         try:
@@ -95,7 +152,7 @@ Variant = Annotated[Optional[str], typer.Option(help="Variant name, or 'all'.")]
 Sizes = Annotated[Optional[list[str]], typer.Option("--size", help="A size NAME=VALUE; also --NAME VALUE for any size the kernel declares.")]
 Dev = Annotated[Device, typer.Option(help="auto picks cuda when a GPU is there.")]
 Dtype = Annotated[Optional[str], typer.Option(help="float32, float64, int32, ... (the kernel's first by default).")]
-Seed = Annotated[int, typer.Option(help="Seed for the inputs.")]
+Seed = Annotated[int, typer.Option(parser=whole, help="Seed for the inputs.")]
 Timeout = Annotated[float, typer.Option(help="Seconds one call of the kernel may take, from its launch to its end "
                                                "(a check's case with its reference; builds excluded).")]
 Baselines = Annotated[Optional[list[str]], typer.Option("--baseline", help="Time against this baseline only (repeatable).")]
@@ -475,7 +532,7 @@ def check(folder: Annotated[Path, typer.Argument(help="A folder written by kplay
           no_sanitize: Annotated[bool, typer.Option("--no-sanitize", help="Skip memcheck and racecheck of a CUDA "
                                                                          "kernel (faster; a race may then pass).")] = False,
           pool: PoolToken = None, sandbox: Sandbox = False,
-          seed: Annotated[Optional[int], typer.Option(help="Seed for the drawn sizes and inputs (default: a fresh one, "
+          seed: Annotated[Optional[int], typer.Option(parser=whole, help="Seed for the drawn sizes and inputs (default: a fresh one, "
                                                            "printed; give it to grade the same again).")] = None):
     """Grade an exercise: the check at every dtype, test size and the main size, the time against the reference;
     a CUDA kernel that passes is also run under memcheck and racecheck. With --pool, on a GPU of the class's pool.
@@ -530,8 +587,8 @@ def show_part(part: dict, run: dict | None) -> None:
 @app.command()
 @friendly
 def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay start.", show_default=False)],
-         number: Annotated[Optional[int], typer.Argument(help="Show this hint again.", show_default=False)] = None):
-    """Show the exercise's next hint (what, then why), or hint NUMBER again; kplay remembers how far you got."""
+         number: Annotated[Optional[int], typer.Argument(parser=whole, help="Show this hint again.", show_default=False)] = None):
+    """Show the exercise's next hint (what, then why), or hint N again; kplay remembers how far you got."""
     found, _, total = engine.hint(folder, number)
     if found is None:
         out.print(f"no more hints: all {total} shown; [b]kplay hint {as_path(folder)} N[/b] shows hint N again:")
@@ -591,7 +648,8 @@ pool_app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, rich_markup_mode
                        help='A class\'s grading pool on Dask distributed (pip install "kplay\\[pool]"): see the README.')
 app.add_typer(pool_app, name="pool")
 PoolDir = Annotated[Path, typer.Option("--dir", help="The pool's folder: its CA, certificate, tokens and results.")]
-CpuWorkers = Annotated[int, typer.Option(help="CPU workers on a machine with no GPU (CPU exercises only).", min=1)]
+CpuWorkers = Annotated[int, typer.Option(parser=lambda v: _at_least(1, whole(v)),
+                                          help="CPU workers on a machine with no GPU (CPU exercises only).")]
 
 
 @pool_app.command("start")
@@ -599,8 +657,8 @@ CpuWorkers = Annotated[int, typer.Option(help="CPU workers on a machine with no 
 def pool_start(dir_: PoolDir = Path("kplay-pool"),
                host: Annotated[str, typer.Option(help="The name or address students and workers reach this machine "
                                                       "by.")] = "localhost",
-               port: Annotated[int, typer.Option(help="The scheduler's port (TLS).")] = 8786,
-               endpoint_port: Annotated[int, typer.Option(help="The students' endpoint's port (HTTPS).")] = 8787,
+               port: Annotated[int, typer.Option(parser=whole, help="The scheduler's port (TLS).")] = 8786,
+               endpoint_port: Annotated[int, typer.Option(parser=whole, help="The students' endpoint's port (HTTPS).")] = 8787,
                cpu_workers: CpuWorkers = 1):
     """The scheduler, one supervised worker per visible GPU, and the students' endpoint; until Ctrl-C."""
     engine.pool_start(dir_, host, port, endpoint_port, cpu_workers, say)
