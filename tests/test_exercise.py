@@ -131,7 +131,8 @@ def test_start_check_hint_fix_check(kplay, tmp_path):
     rec = json.loads(result.stdout)
     assert result.exit_code == 0 and rec["passed"] == rec["checked"] == 38 and rec["failures"] == {}, rec
     assert rec["speedup"] > 0 and rec["baseline"] == "torch.sum" and rec["student"] == started.student(student)
-    assert exercise.score(rec) == f"all 38 cases passed · {rec['speedup']:.2f}× torch.sum"
+    assert exercise.score(rec) == (f"all 38 cases passed · same as torch.sum ({rec['speedup']:.2f}×, within the noise)"
+                                   if rec["speedup_same"] else f"all 38 cases passed · {rec['speedup']:.2f}× torch.sum")
     assert "float64: all 19 cases passed" in kplay("check", student, "--device", "cpu").output
 
 
@@ -417,6 +418,13 @@ def test_the_sanitizers_cases_count_and_a_finding_takes_the_rank_away():
     assert both["speedup"] == 0.49 and exercise.score(both) == "all 22 cases passed · 0.49× torch.sum"
     missing = exercise.with_sanitizers(passed, [])
     assert missing["checked"] == 20 and "compute-sanitizer not found" in missing["sanitizer_note"]
+
+
+def test_the_score_line_says_same_where_the_table_does():
+    """One comparison, one verdict: a speedup within the noise is "same" in the table and on the score line."""
+    rec = {"passed": 38, "checked": 38, "failures": {}, "speedup": 0.93, "baseline": "torch.sum", "speedup_same": True}
+    assert exercise.score(rec) == "all 38 cases passed · same as torch.sum (0.93×, within the noise)"
+    assert exercise.score({**rec, "speedup_same": False}) == "all 38 cases passed · 0.93× torch.sum"
 
 
 def test_every_family_with_a_cuda_exercise_declares_small_sanitize_sizes():

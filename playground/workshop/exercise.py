@@ -180,7 +180,7 @@ def with_sanitizers(rec: dict, tools: list[dict]) -> dict:
            "checked": rec["checked"] + len(tools), "sanitized": tools,
            "exit_code": rec["exit_code"] or next((t["exit_code"] for t in tools if t["exit_code"]), 0)}
     if rec["passed"] < rec["checked"]:
-        rec.update(speedup=None, baseline=None, speedup_noise=None)
+        rec.update(speedup=None, baseline=None, speedup_noise=None, speedup_same=None)
     ended = next((t["what"] for t in tools if t.get("what")), None)  # a tool that could not finish its run
     return {**rec, "what": rec.get("what") or ended} if ended else rec
 
@@ -249,16 +249,22 @@ def record(parts: list[dict], ex: dict, name: str) -> dict:
         rec["baseline"] = next(iter(v["speedups"]))
         rec["speedup"] = v.get("speedup")
         rec["speedup_noise"] = v["speedups"][rec["baseline"]]["call"]["noise"]
+        rec["speedup_same"] = v["speedups"][rec["baseline"]]["call"]["same"]  # within the noise: the table's "same"
     return rec
 
 
 def score(rec: dict) -> str:
-    """The one line: "7/10 cases passed (3 wrong value)", "all 10 cases passed · 1.07× torch.sum", or what
-    ended the run: "build error", "crashed: segmentation fault while checking cpp at n=1 (float64)"."""
+    """The one line: "7/10 cases passed (3 wrong value)", "all 10 cases passed · 1.07× torch.sum" ("· same as
+    torch.sum (0.97×)" within the noise, as the table says), or what ended the run: "build error", "crashed:
+    segmentation fault while checking cpp at n=1 (float64)"."""
     if rec["passed"] < rec["checked"]:
         ran = {k: n for k, n in rec["failures"].items() if k not in ("build", "crash", "timeout")}
         kinds = ", ".join(f"{n} {k}" for k, n in ran.items())
         cases = f"{rec['passed']}/{rec['checked']} cases passed" + (f" ({kinds})" if kinds else "")
         return "; ".join(filter(None, [cases if rec["passed"] or kinds else "", rec.get("what", "")]))
     line = f"all {rec['checked']} cases passed"
-    return line + (f" · {rec['speedup']:.2f}× {rec['baseline']}" if rec["speedup"] else "")
+    if not rec["speedup"]:
+        return line
+    if rec.get("speedup_same"):
+        return f"{line} · same as {rec['baseline']} ({rec['speedup']:.2f}×, within the noise)"
+    return f"{line} · {rec['speedup']:.2f}× {rec['baseline']}"
