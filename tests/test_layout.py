@@ -171,3 +171,17 @@ def test_show_ptx_and_export_at_80_columns_keep_every_file_name_whole(tmp_path, 
     assert exported.exit_code == 0, exported.output
     command = next(line for line in exported.stdout.splitlines() if " -m pip install " in line)
     assert command.endswith(f"-m pytest {deep.parent / 'pkg'}/tests") and len(command) > 80
+
+
+def test_a_call_with_steps_gives_its_rate_on_its_own_row(kplay):
+    """lltm's forward and backward rows have no rate: the GFLOP/s is the whole call's, on the `call` row."""
+    shown = kplay("run", "lltm", "--device", "cpu", "--skip-baseline", "torch.compile")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    head = next(line for line in lines if "GFLOP/s" in line)
+    end = head.index("GFLOP/s") + len("GFLOP/s")
+    column = lambda line: line[end - 9:end].strip()  # noqa: E731
+    steps = [line for line in lines if (" forward " in line or " backward " in line) and "s  " in line]
+    calls = [line for line in lines if " call " in line and "s  " in line]
+    assert len(steps) == 2 * len(calls) == 4 and all(column(line) == "" for line in steps), shown.stdout
+    assert all(float(column(line)) > 0 for line in calls), shown.stdout

@@ -101,12 +101,12 @@ def _cells(t: dict, step: str | None, shape: Shape, first_row: bool = True) -> l
         cells.append(_error(check) if check and first_row else "")
     stats = t["time"] if step is None else _clock(t).get(step)
     if shape.steps:
-        cells.append(step or "")
+        cells.append(step or "call")
     cells += [seconds(stats and stats["median_s"]), _spread(stats)]
-    if shape.rate:
-        cells.append(_rate(t[shape.rate]) if first_row or step is None else "")
+    if shape.rate:  # the whole call's rate: on its own row where the call has steps
+        cells.append(_rate(t[shape.rate]) if step is None else "")
     if shape.pct:
-        cells.append(_num(t["pct_peak"], "{:.0f}%") if first_row or step is None else "")
+        cells.append(_num(t["pct_peak"], "{:.0f}%") if step is None else "")
     for name in shape.baselines:
         cells.append(_speedup(t.get("speedups", {}).get(name, {}).get(step or "call")))
     return cells
@@ -148,7 +148,7 @@ def run_report(r: dict, explain: bool = False, compact: bool = False) -> Group:
     table = _table(shape, "variant")
     steps = list(_clock(next((t for t in (*r["variants"], *r["baselines"].values()) if t["timings"]), {"timings": {}, "walls": {}})))
     for t, who in [*((v, v["variant"]) for v in r["variants"]), *((b, f"[dim]{n}[/]") for n, b in r["baselines"].items())]:
-        rows = steps if shape.steps else [None]
+        rows = [*steps, None] if shape.steps else [None]  # with steps, the call's row last: its time and rate
         for k, step in enumerate(rows):
             table.add_row(who if k == 0 else "", *_cells(t, step, shape, k == 0),
                           end_section=shape.steps and k == len(rows) - 1)
