@@ -112,6 +112,17 @@ def test_doctor_reports_each_part(kplay):
     assert result.exit_code == 0, result.stdout
 
 
+def test_doctor_on_a_gpu_less_machine_with_a_cuda_build_names_the_cpu_build(kplay, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    said = " ".join(kplay("doctor").stdout.split())
+    assert "the CPU build would do" in said and "--index-url https://download.pytorch.org/whl/cpu" in said, said
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert "the CPU build would do" not in " ".join(kplay("doctor").stdout.split())
+
+
 def test_clean_empties_the_cache(kplay, own_cache):
     assert kplay("run", "sum", "--n", "100", "--device", "cpu").exit_code == 0
     assert any(own_cache.iterdir())

@@ -9,6 +9,10 @@ import subprocess
 import sys
 
 
+CPU_BUILD = ("no GPU here, so the CPU build would do, at a fraction of the size: in a fresh venv, pip install torch "
+             "--index-url https://download.pytorch.org/whl/cpu, then kplay")
+
+
 def _version(cmd: list[str]) -> str:
     try:
         text = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
@@ -28,8 +32,9 @@ def diagnose() -> list[tuple[str, bool, str]]:
         import torch
     except ImportError:
         return rows + [("torch", False, "not installed: pip install kplay (or pip install torch)")]
-    rows.append(("torch", True, f"{torch.__version__}, CUDA build: {torch.version.cuda or 'none (CPU only)'}"))
     gpu = torch.cuda.is_available()
+    rows.append(("torch", True, f"{torch.__version__}, CUDA build: {torch.version.cuda or 'none (CPU only)'}"
+                 + (f"; {CPU_BUILD}" if torch.version.cuda and not gpu else "")))
     rows.append(("GPU", True, torch.cuda.get_device_name() if gpu else "none: CPU variants only (--device cpu)"))
     home = cuda_home()
     nvcc = f"{home}/bin/nvcc" if home else None
