@@ -1,4 +1,4 @@
-"""`kplay bench sum --sizes 1e3..1e7` end to end, here and in the code issue #11 started from, in one run.
+"""`kplay bench sum --sizes 1e3..1e7` end to end, here and in an older commit, in one run.
 
     python benchmarks/bench_loop.py [--runs 3] [--old 668f45c^]
 

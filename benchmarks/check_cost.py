@@ -1,4 +1,4 @@
-"""What the defences against gamed kernels cost a `kplay check` (issue 41: at most 15%).
+"""What the defences against gamed kernels cost a `kplay check` (target: at most 15%).
 
 Two checkouts side by side: this one and an older one (`--base`, e.g. a `git archive` of the commit before),
 each starting its own sum exercise (cpp here; with a GPU, fast) with the solution copied in, then `kplay check`

@@ -1,4 +1,4 @@
-"""Issue 12's CPU speed targets on this machine, each measured side by side with its reference in one run.
+"""The CPU speed targets on this machine, each measured side by side with its reference in one run.
 
     python benchmarks/cpu.py [--parts sum,builds,warm] [--builds 3] [--out FILE]
 

@@ -1,4 +1,4 @@
-"""The pool's endpoint under a flood (issue 42): N students check at once, first alone, then while a flood of
+"""The pool's endpoint under a flood: N students check at once, first alone, then while a flood of
 idle connections (no TLS, no token) is held open from another loopback address, each closed one opened again.
 
     python3 benchmarks/flood.py [--students 30] [--idle 300] [--cpu-workers 2] [--out FILE]

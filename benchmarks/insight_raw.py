@@ -1,4 +1,4 @@
-"""Raw output of the GPU box's profilers for issue 14's parsers: one call profiled at the requested size.
+"""Raw output of the GPU box's profilers for kplay's parsers: one call profiled at the requested size.
 
     python3 benchmarks/insight_raw.py OUTDIR          # torch.profiler records + chrome traces
     ncu --nvtx --nvtx-include "kplay/" ... python3 benchmarks/insight_raw.py OUTDIR --ncu

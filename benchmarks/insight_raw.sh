@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Raw tool output from the GPU box for issue 14 (sanitizers, ncu, torch.profiler records), in $OUT/raw.tgz.
+# Raw tool output from the GPU box for kplay's parsers (sanitizers, ncu, torch.profiler records), in $OUT/raw.tgz.
 set -u
 R=/tmp/raw && rm -rf $R && mkdir -p $R
 export KPLAY_CACHE=/tmp/kplay-cache PYTHONUNBUFFERED=1 COLUMNS=100 PATH=/usr/local/cuda/bin:$PATH

@@ -1,5 +1,5 @@
-"""Issue 16: why kplay read 0.3-1.2 us under nvbench's cold median on the sum rungs that launch a memset and
-then their kernels (fast, first-add, shuffle), and not on torch.sum or tree (session 7). One process, one
+"""Why kplay read 0.3-1.2 us under nvbench's cold median on the sum rungs that launch a memset and
+then their kernels (fast, first-add, shuffle), and not on torch.sum or tree. One process, one
 input per size; each contender is timed
 
 - by nvbench (cold), with its blocking kernel on and off;

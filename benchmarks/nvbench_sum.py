@@ -1,4 +1,4 @@
-"""Issue 16: torch.sum and every sum rung at 1e3 ... 1e9, timed by nvbench (pip cuda-bench) and by kplay in
+"""torch.sum and every sum rung at 1e3 ... 1e9, timed by nvbench (pip cuda-bench) and by kplay in
 the same run; the ratio of the medians. Target: within 2% at n >= 1e7, within 0.5 us below.
 
     python3 benchmarks/nvbench_sum.py [--out FILE]      # on a GPU machine with cuda-bench and cuda-bindings

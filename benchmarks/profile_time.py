@@ -1,4 +1,4 @@
-"""Issue 14's cost: `kplay profile sum --variant fast --n 1e8` (target <= 15 s, build excluded), beside its
+"""The cost of `kplay profile sum --variant fast --n 1e8` (target <= 15 s, build excluded), beside its
 floors in the same run: `import torch`, and ncu around a one-kernel Python script. Each phase of the profile
 (the torch.profiler child, the ncu child) is timed from its events. Medians of --repeat runs.
 

@@ -1,4 +1,4 @@
-"""Can a kernel's input on the GPU be made read-only, so that a write it undoes still faults (issue 41, item 5)?
+"""Can a kernel's input on the GPU be made read-only, so that a write it undoes still faults?
 
 CUDA's virtual memory management maps physical memory at a reserved address with an access mode per device:
 cuMemSetAccess with CU_MEM_ACCESS_FLAGS_PROT_READ. Here, in a child process each (a fault ends the context):

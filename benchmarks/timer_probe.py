@@ -1,4 +1,4 @@
-"""Why kplay's CLI read sum 2-3x slower than nvbench in benchmarks/nvbench_sum.py (session 7): the same
+"""Why kplay's CLI read sum 2-3x slower than nvbench in benchmarks/nvbench_sum.py: the same
 `kplay run sum --device cuda --json`, alone on the GPU and beside a process that only holds an idle CUDA
 context (as nvbench_sum.py's parent did), and kplay's timer called in-process as sum_gpu.py does.
 

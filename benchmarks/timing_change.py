@@ -1,4 +1,4 @@
-"""Does changing the input before every timed call move an honest kernel's time (issue 41, item 4)?
+"""Does changing the input before every timed call move an honest kernel's time?
 
 Two checkouts side by side: this one and an older one (`--base`, a `git archive` of the commit before the
 changes), each running the same `kplay run --json` in turn, `--runs` rounds: the kernel's and the
