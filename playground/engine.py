@@ -126,9 +126,14 @@ def sweep_files(records: list[dict], key: str, csv: str | None, plot: str | None
 # ---- show: the source, and what the compiler made of it ----------------------------------------------------
 
 def sources(fam, device: str, variant: str | None, params: dict, starter: bool) -> list[tuple]:
-    """`kplay show`: (variant, {file: text}) for each chosen variant, the starter's text where it is one."""
-    read = exercise.starter_sources if starter else render.sources
-    return [(v, read(fam, v, params)) for v in fam.chosen(device, variant)]
+    """`kplay show`: (variant, {file: text}, is it the starter) for each chosen variant, the starter's text
+    where it is one."""
+    shown = []
+    for v in fam.chosen(device, variant):
+        full = render.sources(fam, v, params)
+        text = exercise.starter_sources(fam, v, params) if starter else full
+        shown.append((v, text, text != full))
+    return shown
 
 
 def code(fam, kind: str, variant: str | None, params: dict, kernel: str | None, on_event, starter: bool = False):

@@ -217,8 +217,11 @@ def test_show_gives_the_starter_unless_solution_and_eject_the_kernel_unless_star
     starter = kplay("show", "sum", "--device", "cuda", "--variant", "shuffle")
     assert starter.exit_code == 0 and "TODO 1: Add up the warp's 32 values" in starter.output
     assert "kplay:" not in starter.output and "offset >>= 1" not in starter.output  # the hint's text, not the loop
+    said = "the exercise's starter, its TODOs to fill in (kplay start sum/shuffle DIR); --solution shows the solution"
+    assert said in " ".join(starter.output.split())
     solution = kplay("show", "sum", "--device", "cuda", "--variant", "shuffle", "--solution")
     assert "offset >>= 1" in solution.output and "TODO 1" not in solution.output
+    assert "the exercise's starter" not in solution.output
     assert kplay("eject", "sum", tmp_path / "s", "--variant", "shuffle", "--starter").exit_code == 0
     assert "TODO 3: Thread 0 writes" in (tmp_path / "s" / "sum_shuffle.cu").read_text()
     assert kplay("eject", "sum", tmp_path / "full", "--variant", "shuffle").exit_code == 0

@@ -31,12 +31,16 @@ def path_lines(head: str, path: str, width: int) -> str:
 
 
 def source(fam, chosen: list[tuple], width: int) -> Group:
-    """The note, the sizes and parameters, then each chosen variant's files (chosen: (variant, {file: text}))."""
+    """The note, the sizes and parameters, then each chosen variant's files (chosen: (variant, {file: text},
+    whether it is an exercise's starter), a starter said to be one."""
     parts = [Text.from_markup(f"[b]{escape(fam.name)}[/b]: {escape(fam.summary)}"),  # a panel's title would be cut
-             Panel(Markdown(fam.note.strip() or fam.summary)), sizes_table(fam, [v for v, _ in chosen]),
+             Panel(Markdown(fam.note.strip() or fam.summary)), sizes_table(fam, [v for v, _, _ in chosen]),
              Text(path_lines("files in ", str(fam.path), width))]
-    for v, files in chosen:
+    for v, files, starter in chosen:
         parts.append(Text.from_markup(f"[b]{escape(v.name)}[/b] ({v.device}): {escape(v.note)}"))
+        if starter:
+            parts.append(Text(f"the exercise's starter, its TODOs to fill in (kplay start {fam.name}/{v.name} DIR); "
+                              "--solution shows the solution", style="yellow"))
         for file, text in files.items():
             syntax = Syntax(text, "cuda" if file.endswith(".cu") else "cpp", line_numbers=True, word_wrap=True)
             parts.append(Panel(syntax, title=escape(file), title_align="left"))  # the file's name, whole
