@@ -46,7 +46,7 @@ def sum_large(lines: list[str], budget_s: float) -> None:
     """sum cpp against torch.sum, as `kplay run sum` times them (a check first, then turns)."""
     import playground
 
-    lines += ["## CPU sum vs torch.sum (issue 12: ≥ torch.sum at 1e5 … 1e8; overlapping IQRs are a tie)", "",
+    lines += ["## CPU sum vs torch.sum (the target: ≥ torch.sum at 1e5 … 1e8; overlapping IQRs are a tie)", "",
               "| n | kplay sum µs, median (IQR) | torch.sum µs, median (IQR) | kplay speedup | verdict |",
               "|---|---|---|---|---|"]
     for n in (10**5, 10**6, 10**7, 10**8):
@@ -68,7 +68,7 @@ def sum_small(lines: list[str], budget_s: float) -> None:
 
     mine = playground.load("sum", "cpp", device="cpu").sum.default
     tolerance = spec("sum").tolerance
-    lines += ["## Small n: kplay's op vs torch.ops.aten.sum.default, called the same way (issue 12: ≥ 1.0×)", "",
+    lines += ["## Small n: kplay's op vs torch.ops.aten.sum.default, called the same way (the target: ≥ 1.0×)", "",
               "| n | contender | µs, median (IQR) | kplay speedup over it | verdict |", "|---|---|---|---|---|"]
     for n in (10**3, 10**4):
         x = torch.randn(n, generator=torch.Generator().manual_seed(n))
@@ -119,7 +119,7 @@ def cold_builds(lines: list[str], k: int, folder: Path, only: str = "") -> bool:
     """Each build in a fresh process with an empty cache, kplay and plain load_inline taking turns."""
     from playground.compiler.toolchain import setup_env
     setup_env()  # the children inherit ninja on PATH and CUDA_HOME, as kplay's own build sets them
-    lines += [f"## Cold build of every CPU variant (issue 12: ≤ {BUILD_TARGET_S:g} s), median of {k}", "",
+    lines += [f"## Cold build of every CPU variant (the target: ≤ {BUILD_TARGET_S:g} s), median of {k}", "",
               f"{load_line()} before.", "",
               "| variant | kplay build s, median (range) | kplay process s | load_inline defaults build s, median (range) "
               "| load_inline process s | kplay ÷ load_inline | target |", "|---|---|---|---|---|---|---|"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's GPU sweeps on an H200, each leaving a table (.txt), a CSV, a PNG and a roofline PNG under $OUT:
+# The GPU sweeps on an H200, each leaving a table (.txt), a CSV, a PNG and a roofline PNG under $OUT:
 #
 #     bash benchmarks/gpu_sweep.sh [sum] [lltm] [linear]       # default: all three, in this order
 #

@@ -36,7 +36,7 @@ from playground.run.timing import bench  # noqa: E402
 FAMILY = registry.find("lltm")
 SPEC = load_spec(FAMILY)
 SIZES = {"cuda": [(16, 32, 128), (1024, 512, 1024)], "cpu": [(16, 32, 128)]}
-TARGET = 1.3  # issue 4: cuda-fast >= 1.3x eager, and faster than torch.compile, forward and backward
+TARGET = 1.3  # the target: cuda-fast >= 1.3x eager, and faster than torch.compile, forward and backward
 FAST, TUTORIAL = "cuda-fast", "cuda"  # the fast op, and the tutorial-shaped one whose gain it must show
 
 
@@ -181,7 +181,7 @@ def table(result: dict, device: str) -> str:
 
 
 def verdict(results: list[dict], device: str) -> list[str]:
-    """Issue 4's targets for cuda-fast, and its gain over the tutorial-shaped cuda, on the synchronized wall
+    """The targets for cuda-fast, and its gain over the tutorial-shaped cuda, on the synchronized wall
     clock in the warm loop (time_all says why); on the CPU, cpp against eager."""
     out = []
     for res in results:

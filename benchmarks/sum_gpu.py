@@ -31,7 +31,7 @@ import playground
 from playground.family import registry
 from playground.run.timing import bench, copy_bandwidth
 
-TARGETS = {10**7: ("time", 1.1), 10**8: ("throughput", 1.0), 10**9: ("throughput", 1.0)}  # issue 3, fast vs torch.sum
+TARGETS = {10**7: ("time", 1.1), 10**8: ("throughput", 1.0), 10**9: ("throughput", 1.0)}  # the targets, fast vs torch.sum
 
 
 def environment() -> dict:

@@ -136,10 +136,17 @@ def test_the_figure_rule_catches_what_it_should(tmp_path):
 
 
 def test_no_word_of_how_the_project_was_made():
-    """No "session 7", "issue 41", "s18" in the prose. docs/results.md is left out: it quotes each results
-    file's own first line, and fenced blocks are left out: real output may hold `add.s64`."""
-    found = [f"{path.relative_to(ROOT)}:{n}: {m.group(0)!r}" for path in pages() if path.name != "results.md"
+    """No "session 7", "issue 41", "s18" in the prose (fenced blocks are left out: real output may hold
+    `add.s64`), nor an issue or session number in the sources, tests and benchmark scripts."""
+    found = [f"{path.relative_to(ROOT)}:{n}: {m.group(0)!r}" for path in pages()
              for n, line in prose_lines(path) for m in FORBIDDEN.finditer(line)]
+    numbered = re.compile(r"\b(?:issue|session)\s*#?\s*\d+", re.IGNORECASE)
+    sources = [p for folder in ("playground", "snippets", "tests", "benchmarks", "examples")
+               for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in (".py", ".toml", ".cu", ".cpp", ".h",
+                                                                           ".cuh", ".sh", ".md", ".ipynb")
+               and "results" not in p.parts and p.name != "test_docs.py"]
+    found += [f"{p.relative_to(ROOT)}:{n}: {m.group(0)!r}" for p in sources
+              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1) for m in numbered.finditer(line)]
     assert not found, "\n".join(found)
 
 

@@ -297,7 +297,7 @@ def test_ls_shows_the_climb_each_step_opening_with_its_idea_and_no_measurements(
         assert not measured.search(head), (name, measured.search(head))
 
 
-# The three combinations the issue named, in the steps' own params: each a rule's line, exit 2, no build.
+# Three combinations a ladder step refuses, in the steps' own params: each a rule's line, exit 2, no build.
 REFUSED = [
     (["--variant", "cuda-1d", "--param", "block=128", "--param", "thread_m=4"],
      "linear/cuda-1d cannot take block=128, thread_m=4: at most 1024 threads per block "

@@ -190,7 +190,7 @@ def test_cpp_rejects_bad_shapes():
 
 @pytest.mark.parametrize("variant", ["cpp", "cuda"], ids=variant_id)
 def test_tutorial_variants_build_without_autograd_headers(variant):
-    """Issue 12: cpp and cuda register autograd from Python, so their C++ includes neither torch/extension.h
+    """cpp and cuda register autograd from Python, so their C++ includes neither torch/extension.h
     nor torch/csrc/autograd (about 10 s of a cold build); cuda-fast, whose speed rests on C++ autograd, does
     (through lltm_op.h, which cuda-graph shares)."""
     def heavy(v):

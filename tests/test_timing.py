@@ -1,4 +1,4 @@
-"""Issue 16: timing that no kernel can fool (fresh inputs, every call checked, every stream, noise, clocks)."""
+"""Timing that no kernel can fool (fresh inputs, every call checked, every stream, noise, clocks)."""
 
 import json
 import re
