@@ -46,7 +46,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         lltm-cli) step lltm-cli 90 python3 cli.py run lltm --device cuda --variant all --batch 1024 --features 512 --state 1024 ;;
         lltm-small) step lltm-small 90 python3 cli.py run lltm --device cuda --variant all ;;
         lltm-graph) step lltm-graph 420 python3 benchmarks/lltm_graph_probe.py --out $R ;;  # three runs: about 3 minutes
-        lltm-timeline) step lltm-timeline 200 python3 benchmarks/lltm_graph_timeline.py ;;
+        lltm-timeline) step lltm-timeline 200 python3 benchmarks/probes/lltm_graph_timeline.py ;;
         watch) step watch-cuda 300 python3 benchmarks/watch_loop.py --edits 3 --device cuda --variant fast --file sum_fast.cu ;;
         rebuild) step rebuild-cuda 120 python3 benchmarks/rebuild.py --device cuda --variant fast --out $R/rebuild-cuda.md ;;
         build-units) step build-units 120 python3 benchmarks/build_units.py --out $R/build-units.md ;;
@@ -66,7 +66,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         pool-tests) step pytest-pool 300 env -u COLUMNS python3 -m pytest -q -p no:cacheprovider tests/test_pool.py tests/test_lease.py ;;
         sanitize-cost) step check-sanitize 560 python3 benchmarks/check_sanitize.py --repeat 1 --out $R/check-sanitize.md ;;
         cheats) step cheats 400 python3 benchmarks/cheats.py --n 1e8 --out $R/cheats.md ;;
-        timer-probe) step timer-probe 200 python3 benchmarks/timer_probe.py --out $R/timer-probe.md ;;
+        timer-probe) step timer-probe 200 python3 benchmarks/probes/timer_probe.py --out $R/timer-probe.md ;;
         profile-time) step profile-time 300 python3 benchmarks/profile_time.py --repeat 2 --out $R/profile-time.md ;;
         notebook) step pytest-cuda-notebook 200 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider tests/test_notebook.py ;;
         tolerance) step tolerance 400 python3 benchmarks/tolerance.py --device cuda --seeds ${SEEDS:-200} --out $R/tolerance.md \
@@ -74,9 +74,9 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         check-cost) step check-cost 400 python3 benchmarks/check_cost.py --base .base --runs ${RUNS:-5} --out $R/check-cost.md ;;
         timing-change) step timing-change 400 python3 benchmarks/timing_change.py --base .base --runs 3 --out $R/timing-change.md ;;
         sandbox) step sandbox-gpu 300 python3 benchmarks/sandbox_gpu.py --runs ${RUNS:-3} ${CASES:+--cases "$CASES"} --out $R/sandbox-gpu.md ;;
-        readonly) step readonly-gpu 120 python3 benchmarks/readonly_gpu.py --out $R/readonly-gpu.md ;;
+        readonly) step readonly-gpu 120 python3 benchmarks/probes/readonly_gpu.py --out $R/readonly-gpu.md ;;
         nvbench) step nvbench 330 python3 benchmarks/nvbench_sum.py --out $R/nvbench-sum.md ;;
-        nvbench-gap) step nvbench-gap 240 python3 benchmarks/nvbench_gap.py --out $R/nvbench-gap.md ;;
+        nvbench-gap) step nvbench-gap 240 python3 benchmarks/probes/nvbench_gap.py --out $R/nvbench-gap.md ;;
         *) echo "unknown step $s" ;;
     esac
 done

@@ -135,6 +135,14 @@ def test_the_figure_rule_catches_what_it_should(tmp_path):
     assert "cites no results file" in problems[0] and "99.5" in problems[1] and "does not exist" in problems[2]
 
 
+def test_every_benchmark_script_is_listed_with_its_command():
+    listed = (DOCS / "benchmarks.md").read_text()
+    scripts = [p for p in [*(ROOT / "benchmarks").glob("*"), *(ROOT / "benchmarks" / "probes").glob("*")]
+               if p.suffix in (".py", ".sh") and p.name != "common.py"]
+    missing = [str(p.relative_to(ROOT)) for p in scripts if str(p.relative_to(ROOT)) not in listed]
+    assert not missing, missing
+
+
 def test_no_word_of_how_the_project_was_made():
     """No "session 7", "issue 41", "s18" in the prose (fenced blocks are left out: real output may hold
     `add.s64`), nor an issue or session number in the sources, tests and benchmark scripts."""

@@ -12,7 +12,9 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: common
 from common import ROOT, emit  # first: it puts the repository on sys.path
 
 IDLE = "import sys, torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize(); print('ready', flush=True); sys.stdin.read()"

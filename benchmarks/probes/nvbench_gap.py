@@ -15,11 +15,13 @@ between them on the GPU.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: common
 from common import emit, nvbench_run  # first: it puts the repository on sys.path
 
 import playground  # noqa: E402
