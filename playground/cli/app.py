@@ -122,6 +122,8 @@ class Device(str, Enum):
 
 Name = Annotated[Optional[str], typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.",
                                                show_default=False)]
+
+
 def _paths_there(paths: list[str] | None) -> list[str] | None:
     """--path: a folder that is not there is warned of (a typo would find nothing, silently)."""
     from ..family.registry import missing_paths
