@@ -43,13 +43,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default=None)
-    parser.add_argument("--cases", default=",".join(CASES), help="which cases, by name (comma-separated)")
+    parser.add_argument("--cases", default=",".join(CASES), help="which cases, by name (comma-separated; none: the tools only)")
     parser.add_argument("--device", default="cuda", help="cpu: sum's CPU rungs at 1e6, no tools (a dry run)")
     a = parser.parse_args()
     import torch
 
     gpu = a.device == "cuda"
-    cases, tools = ({k: CASES[k] for k in a.cases.split(",")}, TOOLS) if gpu else ({"sum 1e6": ["sum", "--variant", "all", "--n", "1e6"]}, {})
+    cases, tools = ({k: CASES[k] for k in a.cases.split(",") if k != "none"}, TOOLS) if gpu else ({"sum 1e6": ["sum", "--variant", "all", "--n", "1e6"]}, {})
     where = f"{torch.cuda.get_device_name() if gpu else 'CPU'}; torch {torch.__version__}"
     lines = [f"# Kernels in and out of the sandbox ({where})", "",
              (f"`python3 benchmarks/sandbox_gpu.py --runs {a.runs}`: `kplay run ... --device DEVICE --json` with and "
