@@ -37,9 +37,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         writable: tuple[str, ...] = ()) -> dict:
     """The result record as a dict; a failure in the child comes back as the same KplayError.
 
-    `under` is a tool's command line (compute-sanitizer, ncu) that starts the worker, `env` what it adds to
-    the worker's environment, `writable` the folders a tool writes its log to (the sandbox's /tmp is its own).
-    A tool need not pass an inherited pipe on, so then the worker writes to a file.
+    `under` is a tool's command line (compute-sanitizer, ncu) that starts the worker, `env` what it adds to the
+    worker's environment, `writable` the folders the tool writes to. A tool need not pass a pipe on: a file.
     The worker asks this process for the device's lease (lock.Granted): no process of its own ever holds one.
     In the sandbox (sandbox.wanted()), the worker and all it starts run inside bubblewrap, within its limits.
     """

@@ -24,63 +24,11 @@ from .. import engine
 from ..core.errors import KplayError, UsageError
 from ..report import show as shown
 from ..report import tables as report
+from ..report.help import at_least, paths_there, whole, worded
 from ..report.progress import spinner, sweep_bar
 
 out = Console()
 err = Console(stderr=True)
-
-
-def whole(value) -> int:
-    """An integer option written as sizes are: 1000, 1e3 or 1_000."""
-    if isinstance(value, int):
-        return value
-    text = str(value).strip().replace("_", "")
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        x = float(text)
-    except ValueError:
-        x = None
-    if x is None or not x.is_integer() or abs(x) >= 2 ** 63:
-        raise typer.BadParameter(f"{value!r} is not a whole number (1000, 1e3 and 1_000 are)")
-    return int(x)
-
-
-def _at_least(low: int, n: int) -> int:
-    if n < low:
-        raise typer.BadParameter(f"{n} is below {low}")
-    return n
-
-
-WORDS = {"timeout": "SECONDS", "param": "NAME=VALUE", "size": "NAME=VALUE", "sizes": "SIZES", "tie": "SIZES",
-         "over": "SIZE", "against": "FILE", "csv": "FILE", "plot": "FILE", "roofline": "FILE", "host": "HOST",
-         "seed": "N", "number": "N", "port": "N", "endpoint_port": "N", "cpu_workers": "N", "pool": "TOKEN-FILE",
-         "folder": "DIR", "out_dir": "DIR", "dir": "DIR", "path": "DIR", "join_file": "FILE", "results": "RESULTS"}
-
-
-def worded(command) -> None:
-    """Help placeholders in words, not Python types: a flag has none; a number N (a timeout SECONDS), a folder
-    DIR, anything else NAME."""
-    for sub in getattr(command, "commands", {}).values():
-        worded(sub)
-    made = command.get_help_option
-
-    def help_option(ctx, made=made):  # --help is made per call, outside command.params: a flag, no placeholder
-        option = made(ctx)
-        if option is not None and option.metavar is None:
-            option.metavar = ""
-        return option
-
-    command.get_help_option = help_option
-    for p in command.params:
-        if p.metavar is None and not getattr(p, "is_flag", False) and p.name not in ("device",):
-            p.metavar = WORDS.get(p.name, "NAME")
-        elif getattr(p, "is_flag", False) and p.metavar is None:
-            p.metavar = ""
-        if not any(o.startswith("-") for o in p.opts):  # an argument: its placeholder is its name, no type beside it
-            p.display_type_rich = lambda ctx: ""  # (typer >= 0.20 prints the annotation there)
 
 
 class OneLineErrors(TyperGroup):
@@ -122,18 +70,7 @@ class Device(str, Enum):
 
 Name = Annotated[Optional[str], typer.Argument(help="A kernel family (kplay list) or the path of a snippet folder.",
                                                show_default=False)]
-
-
-def _paths_there(paths: list[str] | None) -> list[str] | None:
-    """--path: a folder that is not there is warned of (a typo would find nothing, silently)."""
-    from ..family.registry import missing_paths
-
-    for line in missing_paths(paths):
-        warn(line)
-    return paths
-
-
-Path_ = Annotated[Optional[list[str]], typer.Option("--path", metavar="DIR", callback=_paths_there,
+Path_ = Annotated[Optional[list[str]], typer.Option("--path", metavar="DIR", callback=paths_there,
                                                     help="Extra folder of kernel families (also $KPLAY_PATH).")]
 Json = Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")]
 Sandbox = Annotated[bool, typer.Option("--sandbox", envvar="KPLAY_SANDBOX", show_envvar=False,
@@ -650,7 +587,7 @@ pool_app = typer.Typer(cls=OneLineErrors, no_args_is_help=True, rich_markup_mode
                        help='A class\'s grading pool on Dask distributed (pip install "kplay\\[pool]"): see the README.')
 app.add_typer(pool_app, name="pool")
 PoolDir = Annotated[Path, typer.Option("--dir", help="The pool's folder: its CA, certificate, tokens and results.")]
-CpuWorkers = Annotated[int, typer.Option(parser=lambda v: _at_least(1, whole(v)),
+CpuWorkers = Annotated[int, typer.Option(parser=at_least(1),
                                           help="CPU workers on a machine with no GPU (CPU exercises only).")]
 
 

@@ -153,29 +153,37 @@ def record(tool: str, text: str, fam, variants: list, log: str) -> dict:
     return {"tool": tool, "summary": summary(text), "findings": rows, "log": log}
 
 
+def _under(req, argv: list[str], log: Path, on_event) -> tuple[dict | None, KernelCrash | None, str]:
+    """The run under the tool: its result (None if it crashed), the crash, and the tool's log (kept at `log`).
+    The tool writes to a folder of this run's, which the sandbox binds in (its /tmp is its own)."""
+    from ..child import spawn as isolate
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result, crash = None, None
+    with tempfile.TemporaryDirectory(prefix="kplay-tool-") as tmp:
+        own = Path(tmp) / log.name
+        try:
+            result = isolate.run(req, on_event, under=[*argv, "--log-file", str(own)],
+                                 env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, writable=(tmp,))
+        except KernelCrash as e:  # memcheck's finding may end the kernel: "unspecified launch failure"
+            crash = e
+        text = own.read_text(errors="replace") if own.exists() else ""
+        if own.exists():  # kept under the name the report gives
+            shutil.move(own, log)
+        else:
+            log.unlink(missing_ok=True)
+    return result, crash, text
+
+
 def run(req, tool: str, on_event=events.ignore) -> dict:
     """The run's result under the tool, with result['sanitize']; any finding fails it (exit 1)."""
-    from ..child import spawn as isolate
     from ..compiler.toolchain import cache_dir
 
     # application-only: the worker is the application; its builds (ninja, nvcc) are left alone
     argv = [executable(), "--tool", tool, "--target-processes", "application-only", "--print-limit", str(PRINT_LIMIT),
             "--show-backtrace", "device"]
     log = cache_dir() / "sanitize" / f"{req.family}-{tool}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    crash = None
-    with tempfile.TemporaryDirectory(prefix="kplay-tool-") as tmp:  # this run's log, where the sandbox lets the tool write
-        own = Path(tmp) / log.name
-        try:
-            result = isolate.run(req, on_event, under=[*argv, "--log-file", str(own)],
-                                 env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, writable=(tmp,))
-        except KernelCrash as e:  # memcheck's finding may end the kernel: "unspecified launch failure"
-            result, crash = None, e
-        text = own.read_text(errors="replace") if own.exists() else ""
-        if own.exists():  # kept under the name the report gives
-            shutil.move(own, log)
-        else:
-            log.unlink(missing_ok=True)
+    result, crash, text = _under(req, argv, log, on_event)
     if not crash and not summary(text):  # no summary, no verdict: "clean" would be a guess
         crash = KernelCrash(f"{tool} gave no summary (its log: {'empty' if text else 'not written'}), so the run "
                             "cannot be called clean")
