@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-par + tests-serial, each under 10 minutes) pool pool-tests notebook watch ladder sum linear
+#     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1 and -2, its halves) pool pool-tests notebook watch ladder sum linear
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 #            tolerance check-cost timing-change (both need .base: the commit before, git archive'd) readonly sandbox
@@ -30,11 +30,16 @@ command -v bwrap > /dev/null || { dpkg -x .deb/bubblewrap_*.deb /tmp/bw && expor
 SERIAL="tests/test_timing.py tests/test_profile.py tests/test_resources.py tests/test_neighbours.py"
 ALONE="tests/test_wrong.py::test_skip_and_rescale_fails_at_every_seed"  # 1e9 at five seeds: 20 GB of the GPU
 PAR=$(ls tests/test_*.py | grep -v -e test_timing -e test_profile -e test_resources -e test_neighbours | tr '\n' ' ')
+HALF=$(( $(echo $PAR | wc -w) / 2 ))
+PAR1=$(echo $PAR | tr ' ' '\n' | head -n $HALF | tr '\n' ' ')  # tests-par-1 and -2: the files in two halves,
+PAR2=$(echo $PAR | tr ' ' '\n' | tail -n +$((HALF + 1)) | tr '\n' ' ')  # each well inside a call's 10 minutes
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
         tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed"
                step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
         tests-par) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed" ;;
+        tests-par-1) step pytest-cuda-par-1 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR1 -k "not every_seed" ;;
+        tests-par-2) step pytest-cuda-par-2 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR2 -k "not every_seed" ;;
         tests-serial) step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -v -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
