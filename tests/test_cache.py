@@ -54,3 +54,60 @@ def test_clean_says_what_it_removed(kplay, tmp_path, monkeypatch):
     result = kplay("clean")
     assert result.exit_code == 0 and f"removed 0.2 MB from {cache}" in result.stdout
     assert [p.name for p in cache.iterdir()] == [".kplay-cache.lock"]
+
+
+def test_nvcc_gets_the_arch_flags_whatever_the_folders_are_called():
+    """torch adds no arch flag when any CUDA flag holds "arch" (a folder named research, say): kplay gives them."""
+    from playground.compiler.build import gencode
+
+    assert gencode("9.0") == ["-gencode=arch=compute_90,code=sm_90"]
+    assert gencode("9.0a") == ["-gencode=arch=compute_90a,code=sm_90a"]
+    assert gencode("8.0;8.6+PTX") == ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_86,code=sm_86",
+                                      "-gencode=arch=compute_86,code=compute_86"]
+
+
+def _hopper_only(tmp_path, arch: str | None):
+    """print_array whose CUDA source also holds a wgmma fence: ptxas takes it for sm_90a alone."""
+    import shutil
+
+    from playground.family import registry
+
+    fam = tmp_path / "hopper"
+    shutil.copytree(ROOT / "snippets" / "print_array", fam, ignore=shutil.ignore_patterns("__pycache__"))
+    with (fam / "print_array.cu").open("a") as cu:
+        cu.write('\n__global__ void kplay_fence() { asm volatile("wgmma.fence.sync.aligned;\\n" ::: "memory"); }\n')
+    if arch:
+        toml = fam / "task.toml"
+        toml.write_text(toml.read_text().replace('sources = ["print_array_cuda.cpp", "print_array.cu"]',
+                                                 f'sources = ["print_array_cuda.cpp", "print_array.cu"]\narch = "{arch}"'))
+    family = registry.load_family(fam)
+    return family, family.variants["cuda"]
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow  # two CUDA builds
+def test_a_variant_builds_for_its_own_arch(tmp_path):
+    """A variant's `arch` (9.0a: Hopper's wgmma) is what nvcc builds it for; without it, the process's 9.0."""
+    from playground.compiler.build import build
+    from playground.core.errors import BuildError
+
+    family, variant = _hopper_only(tmp_path / "a", "9.0a")
+    assert variant.arch == "9.0a" and build(family, variant, {})[1].name
+    family, variant = _hopper_only(tmp_path / "b", None)
+    with pytest.raises(BuildError) as e:
+        build(family, variant, {})
+    assert any("'wgmma.fence' not supported on .target 'sm_90'" in line for line in e.value.details), e.value.details
+
+
+def test_a_variant_for_another_arch_is_refused_in_one_line(tmp_path, monkeypatch):
+    import torch
+
+    from playground.compiler.build import build
+    from playground.core.errors import UsageError
+
+    family, variant = _hopper_only(tmp_path, "9.0a")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100")
+    with pytest.raises(UsageError, match=r"hopper/cuda is built for sm_90a only; this GPU \(NVIDIA A100\) is sm_80"):
+        build(family, variant, {})

@@ -71,7 +71,8 @@ def identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[st
         cpp_sources=[t for n, t in srcs.items() if not n.endswith(".cu")],
         cuda_sources=[t for n, t in srcs.items() if n.endswith(".cu")] or None,
         extra_cflags=[*CXX_FLAGS, *machine_flags, *CXX_LINES, *remark_flags(), *variant.cflags],
-        extra_cuda_cflags=[*CUDA_FLAGS, *CUDA_LINES, *variant.cuda_cflags] if has_cuda else None,
+        extra_cuda_cflags=[*CUDA_FLAGS, *CUDA_LINES, *gencode(arch_list(variant)), *variant.cuda_cflags]
+        if has_cuda else None,
         extra_ldflags=[*linker_flags(), *variant.ldflags],
     )
     args["extra_include_paths"], headers = _headers(family, variant)
@@ -80,8 +81,7 @@ def identity(family: Family, variant: Variant, srcs: dict[str, str]) -> tuple[st
         args["extra_include_paths"].append(inc)
         args["extra_ldflags"].append(so)
     cpu = cpu_model() if machine_flags else ""  # -march=native: a cache shared between machines must not mix CPUs
-    salt = [LAYOUT, torch.__version__, torch.version.cuda, version, cpu, os.environ.get("TORCH_CUDA_ARCH_LIST") if has_cuda else "",
-            headers]
+    salt = [LAYOUT, torch.__version__, torch.version.cuda, version, cpu, arch_list(variant) if has_cuda else "", headers]
     digest = hashlib.sha256(json.dumps([args, salt], sort_keys=True).encode()).hexdigest()[:12]
     name = re.sub(r"\W", "_", f"kplay_{family.name}_{variant.name}_{digest}").lower()
     ns = [f"-DKPLAY_NS={name}"]
@@ -111,6 +111,7 @@ def build(family: Family, variant: Variant, params: dict, on_event=events.ignore
     if not variant.sources:
         return None, BuildInfo(name="", seconds=0.0, cached=True)
     setup_env()
+    runs_here(family, variant)
     import torch
 
     srcs = render.sources(family, variant, params)
@@ -156,6 +157,36 @@ def _from_shared(name: str) -> bool:
         return False
     torch.ops.load_library(str(shared / f"{name}.so"))
     return True
+
+
+def arch_list(variant: Variant) -> str:
+    """The GPU archs a variant's CUDA is built for: its own (`arch`, e.g. 9.0a for Hopper's wgmma), else the
+    process's (TORCH_CUDA_ARCH_LIST: this machine's GPU, or 9.0 where there is none)."""
+    return variant.arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+
+
+def runs_here(family: Family, variant: Variant) -> None:
+    """A variant built for one arch runs only on a GPU of that compute capability: else one line, before a build."""
+    import torch
+
+    if variant.arch and variant.device == "cuda" and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        if f"{major}.{minor}" != variant.arch.rstrip("a"):
+            raise UsageError(f"{family.name}/{variant.name} is built for sm_{variant.arch.replace('.', '')} only; "
+                             f"this GPU ({torch.cuda.get_device_name()}) is sm_{major}{minor}")
+
+
+def gencode(archs: str) -> list[str]:
+    """nvcc's flags for an arch list as TORCH_CUDA_ARCH_LIST spells it ("9.0", "9.0a", "8.0;8.6+PTX"). Given
+    explicitly: torch drops its own whenever any CUDA flag holds "arch", a folder's name among them."""
+    flags = []
+    for arch in archs.replace(" ", ";").split(";"):
+        if arch := arch.strip():
+            sm = arch.removesuffix("+PTX").replace(".", "")
+            flags.append(f"-gencode=arch=compute_{sm},code=sm_{sm}")
+            if arch.endswith("+PTX"):
+                flags.append(f"-gencode=arch=compute_{sm},code=compute_{sm}")
+    return flags
 
 
 def _compile(name: str, where: Path, args: dict, family: Family, variant: Variant) -> str:

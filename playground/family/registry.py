@@ -46,7 +46,8 @@ FAMILY_KEYS = {"name": "a string", "summary": "a string", "note": "a string", "d
 FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare its op takes, beyond dense 1-D
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
-                "includes": "a list of strings", "math": "a string", "params": "a table", "constraints": "a list of tables"}
+                "includes": "a list of strings", "math": "a string", "params": "a table", "constraints": "a list of tables",
+                "arch": "a string"}
 MATH = ("tf32",)  # a variant's arithmetic where it is not its dtype's: spec.py's tolerance(..., math=) bounds it
 SIZE_KEYS = {"default": "an integer", "max": "an integer", "help": "a string", "draw": "a list"}
 PARAM_KEYS = {"default": "an integer or a string", "choices": "a list", "min": "an integer", "max": "an integer",
@@ -113,6 +114,7 @@ class Variant:
     libraries: tuple[str, ...] = ()  # NVIDIA libraries torch links, e.g. cublasLt: headers and linking found for you
     includes: tuple[str, ...] = ()  # headers in the family's folder that the sources #include (hashed, -I folder)
     math: str = ""  # "tf32": float32 inputs rounded to TF32 on the tensor cores; the check's tolerance says so
+    arch: str = ""  # the one GPU arch it is built for, e.g. "9.0a" (Hopper's wgmma, TMA); else the process's
     params: dict = field(default_factory=dict)  # name -> Param: its own, [variants.NAME.params], beside the family's
     constraints: tuple = ()  # constraints.Constraint: rules its parameters obey, checked before any build
 
@@ -233,6 +235,9 @@ def _variant(name: str, raw: dict, path: Path, shared: tuple = (), family_params
         raise ValueError(f"[variants.{name}] device = {json.dumps(raw['device'])}: expected cpu, cuda or any")
     if raw.get("math", MATH[0]) not in MATH:
         raise ValueError(f"[variants.{name}] math = {json.dumps(raw['math'])}: expected {' or '.join(MATH)}")
+    if not re.fullmatch(r"\d+\.\d+a?", raw.get("arch", "9.0")):
+        raise ValueError(f"[variants.{name}] arch = {json.dumps(raw['arch'])}: expected a compute capability, e.g. "
+                         "9.0 or 9.0a")
     variant = Variant(
         name=name,
         device=raw.get("device", "cpu"),
@@ -244,6 +249,7 @@ def _variant(name: str, raw: dict, path: Path, shared: tuple = (), family_params
         libraries=tuple(raw.get("libraries", ())),
         includes=tuple(dict.fromkeys([*shared, *raw.get("includes", ())])),
         math=raw.get("math", ""),
+        arch=raw.get("arch", ""),
         params=_params(raw.get("params", {}), f"variants.{name}.params"),
     )
     _files_exist(path, variant)
