@@ -190,6 +190,23 @@ def test_an_int32_only_print_array_answer_fails_check(kplay, tmp_path):
     assert rec["passed"] == 9 and rec["checked"] == 36, rec  # 6 cases and 3 drawn sizes per dtype
 
 
+def test_a_variant_takes_its_own_dtypes_and_check_grades_only_those(kplay, tmp_path):
+    folder = tmp_path / "mysum"
+    shutil.copytree(ROOT / "snippets" / "sum", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace('sources = ["sum.cpp"]', 'sources = ["sum.cpp"]\ndtypes = ["float64"]', 1))
+    fam = registry.load_family(folder)
+    assert exercise.graded(fam, fam.variants["cpp"]) == ["float64"]
+    assert exercise.graded(fam, fam.variants["tree"]) == ["float32", "float64"]
+    refused = kplay("run", folder, "--variant", "cpp", "--dtype", "float32")
+    assert refused.exit_code == 2 and "mysum/cpp takes float64, not float32" in refused.stderr, refused.output
+    ran = kplay("run", folder, "--variant", "cpp", "--n", "1000", "--no-bench", "--json")  # its own first dtype
+    assert ran.exit_code == 0 and json.loads(ran.stdout)["dtype"] == "float64", ran.output
+    toml.write_text(toml.read_text().replace('dtypes = ["float64"]', 'dtypes = ["bfloat16"]', 1))
+    broken = kplay("list", "--path", tmp_path)
+    assert "[variants.cpp] dtypes: 'bfloat16' is not one of the family's (float32, float64)" in broken.stderr
+
+
 def test_the_printed_next_command_works_when_pasted(kplay, tmp_path):
     folder = tmp_path / "a b é [x]"
     result = kplay("start", "print_array", folder)

@@ -47,7 +47,7 @@ FORMS = ("2-D", "strided", "misaligned")  # the input forms a family may declare
 VARIANT_KEYS = {"device": "a string", "sources": "a list of strings", "note": "a string", "cflags": "a list of strings",
                 "cuda_cflags": "a list of strings", "ldflags": "a list of strings", "libraries": "a list of strings",
                 "includes": "a list of strings", "math": "a string", "params": "a table", "constraints": "a list of tables",
-                "arch": "a string"}
+                "arch": "a string", "dtypes": "a list of strings"}
 MATH = ("tf32",)  # a variant's arithmetic where it is not its dtype's: spec.py's tolerance(..., math=) bounds it
 SIZE_KEYS = {"default": "an integer", "max": "an integer", "help": "a string", "draw": "a list"}
 PARAM_KEYS = {"default": "an integer or a string", "choices": "a list", "min": "an integer", "max": "an integer",
@@ -115,6 +115,7 @@ class Variant:
     includes: tuple[str, ...] = ()  # headers in the family's folder that the sources #include (hashed, -I folder)
     math: str = ""  # "tf32": float32 inputs rounded to TF32 on the tensor cores; the check's tolerance says so
     arch: str = ""  # the one GPU arch it is built for, e.g. "9.0a" (Hopper's wgmma, TMA); else the process's
+    dtypes: tuple[str, ...] = ()  # the dtypes it takes, of the family's (empty: all of them)
     params: dict = field(default_factory=dict)  # name -> Param: its own, [variants.NAME.params], beside the family's
     constraints: tuple = ()  # constraints.Constraint: rules its parameters obey, checked before any build
 
@@ -153,8 +154,18 @@ class Family:
     def variants_for(self, device: str) -> list[Variant]:
         return [v for v in self.variants.values() if v.runs_on(device)]
 
-    def pick_variants(self, device: str, name: str | None) -> list[Variant]:
-        """The variants a run uses: one by name, 'all', or the family's default."""
+    def dtypes_of(self, variant: Variant) -> tuple[str, ...]:
+        """The dtypes a variant takes: its own list, else the family's."""
+        return variant.dtypes or self.dtypes
+
+    def takes(self, variant: Variant, dtype: str | None) -> Variant:
+        """The variant, if it takes the dtype (None: any); else one line naming the ones it does."""
+        if dtype and dtype not in self.dtypes_of(variant):
+            raise UsageError(f"{self.name}/{variant.name} takes {', '.join(self.dtypes_of(variant))}, not {dtype}")
+        return variant
+
+    def pick_variants(self, device: str, name: str | None, dtype: str | None = None) -> list[Variant]:
+        """The variants a run uses: one by name, 'all' (those that take the dtype), or the family's default."""
         avail = self.variants_for(device)
         if not avail:
             why = " (no GPU here, or --device cpu)" if device == "cpu" else ""
@@ -162,10 +173,13 @@ class Family:
                              f"({', '.join(self.variants)}); this run is on {device}{why}")
         name = name or self.default_variant or avail[0].name
         if name == "all":
-            return avail
+            taking = [v for v in avail if not dtype or dtype in self.dtypes_of(v)]
+            if not taking:
+                raise UsageError(f"no {device} variant of {self.name} takes {dtype}")
+            return taking
         for v in avail:
             if v.name == name:
-                return [v]
+                return [self.takes(v, dtype)]
         if name in self.variants:
             raise UsageError(f"{self.name}/{name} is a {self.variants[name].device} variant and this run is on {device}"
                              + (" (this machine has no GPU)" if device == "cpu" else ""))
@@ -250,6 +264,7 @@ def _variant(name: str, raw: dict, path: Path, shared: tuple = (), family_params
         includes=tuple(dict.fromkeys([*shared, *raw.get("includes", ())])),
         math=raw.get("math", ""),
         arch=raw.get("arch", ""),
+        dtypes=tuple(raw.get("dtypes", ())),
         params=_params(raw.get("params", {}), f"variants.{name}.params"),
     )
     _files_exist(path, variant)
@@ -376,15 +391,9 @@ def _exercise(raw: bool | dict) -> bool | dict:
 def _family(path: Path, raw: dict) -> Family:
     check_keys("", raw, FAMILY_KEYS)
     sizes, size_help, size_max, size_draw = _sizes(raw.get("sizes", {}))
-    dtypes = tuple(raw.get("dtypes", ["float32"]))
-    for dtype in dtypes:
-        if dtype not in DTYPES:
-            raise ValueError(f"dtypes: unknown dtype '{dtype}'; {did_you_mean(dtype, DTYPES)}")
-    for dtype in raw.get("grade_dtypes", ()):
-        if dtype not in dtypes:
-            raise ValueError(f"grade_dtypes: '{dtype}' is not one of the dtypes ({', '.join(dtypes)})")
     params = _params(raw.get("params", {}))
     variants = _variants(raw.get("variants", {}), path, tuple(raw.get("includes", ())), params)
+    dtypes = _dtypes(raw, variants)
     default = raw.get("default_variant", "")
     if default not in ("", "all", *variants):
         raise ValueError(f"default_variant = {json.dumps(default)}: not a variant; {did_you_mean(default, ['all', *variants])}")
@@ -411,6 +420,21 @@ def _family(path: Path, raw: dict) -> Family:
         distributions=_distributions(raw.get("distributions", [])),
         size_draw=size_draw,
     )
+
+
+def _dtypes(raw: dict, variants: dict[str, Variant]) -> tuple[str, ...]:
+    """The family's dtypes; its grade_dtypes and each variant's own dtypes among them."""
+    dtypes = tuple(raw.get("dtypes", ["float32"]))
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtypes: unknown dtype '{dtype}'; {did_you_mean(dtype, DTYPES)}")
+    for dtype in raw.get("grade_dtypes", ()):
+        if dtype not in dtypes:
+            raise ValueError(f"grade_dtypes: '{dtype}' is not one of the dtypes ({', '.join(dtypes)})")
+    for v in variants.values():
+        for dtype in (d for d in v.dtypes if d not in dtypes):
+            raise ValueError(f"[variants.{v.name}] dtypes: '{dtype}' is not one of the family's ({', '.join(dtypes)})")
+    return dtypes
 
 
 def _distributions(raw: list) -> tuple[str, ...]:

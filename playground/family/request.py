@@ -100,7 +100,10 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
         raise UsageError(registry.clash(fam, options))
     if device not in DEVICES:
         raise UsageError(f"--device {device}: valid: {', '.join(DEVICES)}")
-    dtype = _dtype(fam, dtype)
+    named = fam.variants.get(variant)  # one named outright: its own first dtype by default, and it must take it
+    dtype = _dtype(fam, dtype or (fam.dtypes_of(named)[0] if named else None))
+    if named:
+        fam.takes(named, dtype)
     full, warnings = _sizes(fam, dict(sizes or {}), dtype, options)
     shadowing = "" if registry.is_path(name) else registry.shadowing(fam)  # a folder named outright shadows nothing
     warnings = [w for w in [shadowing] if w] + warnings

@@ -60,7 +60,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     spec = specs.load(fam)
     baselines = chosen_baselines(spec, req)
     device = resolve_device(req.device, fam, req.variant)
-    chosen = fam.pick_variants(device, req.variant)
+    chosen = fam.pick_variants(device, req.variant, req.dtype)
     key = lease.of(device)
     waiting = lambda: on_event(events.WAIT, device=key)  # noqa: E731
     with lease.held(key, exclusive=False, on_wait=waiting) as waited_first:

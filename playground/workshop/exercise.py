@@ -93,11 +93,11 @@ def _compiles(starter: registry.Family, variant: registry.Variant, params: dict,
                          f"at the starter's line {first}") from None
 
 
-def graded(fam: registry.Family) -> list[str]:
-    """The dtypes `check` grades: the family's `grade_dtypes` (default: all of its dtypes), its first dtype first
-    (that one's time ranks)."""
-    chosen = fam.grade_dtypes or fam.dtypes
-    return sorted(chosen, key=lambda d: d != fam.dtypes[0])
+def graded(fam: registry.Family, variant: registry.Variant) -> list[str]:
+    """The dtypes `check` grades: those of the family's `grade_dtypes` (default: all of its dtypes) the variant
+    takes, its first dtype first (that one's time ranks)."""
+    takes = fam.dtypes_of(variant)
+    return sorted([d for d in fam.grade_dtypes or fam.dtypes if d in takes], key=lambda d: d != takes[0])
 
 
 def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0, sanitize: bool = True,
@@ -114,7 +114,7 @@ def grade(folder: Path, device: str, name: str | None, on_event, timeout: float 
     ex, fam = table(folder), registry.load_family(folder)
     seed = secrets.randbelow(1 << 31) if seed is None else seed
     parts = []
-    for k, dtype in enumerate(graded(fam)):
+    for k, dtype in enumerate(graded(fam, fam.variant(ex["variant"]))):
         req = request.make(str(folder.resolve()), device=device, variant=ex["variant"], dtype=dtype, bench=k == 0,
                            timeout=timeout, one_baseline=True, seed=seed)  # one baseline: not lltm's torch.compile too
         try:
