@@ -185,17 +185,17 @@ def export(fam, folder: Path, device: str, variant: str | None, params: list[str
 
 def start(name: str, folder: Path, params: list[str], force: bool, student: str | None, paths,
           warn=lambda line: None):
-    """`kplay start NAME[/VARIANT] DIR`: (the exercise's name, family/variant, and the files written). A CUDA
-    exercise on a machine with no GPU is warned of before anything is written."""
+    """`kplay start NAME[/VARIANT] DIR`: the exercise's name (family/variant), the files written, and whether it
+    must be checked elsewhere (a CUDA exercise with no GPU here: warned of before anything is written)."""
     fam_name, variant = (name, None) if Path(name).exists() or "/" not in name else name.rsplit("/", 1)
     fam = registry.find(fam_name, paths)
     gpu = has_gpu()
     v = exercise.pick(fam, variant, gpu=variant is None and gpu)
     taken = f"{fam.name}/{v.name}"
-    if v.device == "cuda" and not gpu:
-        warn(f"{taken} is a CUDA exercise and no GPU is visible here: check it on a machine with one, or on the "
-             "class's pool (kplay check DIR --pool TOKEN)")
-    return taken, exercise.start(fam, v, folder, fam.parse_params(params, [v]), force, student)
+    elsewhere = v.device == "cuda" and not gpu
+    if elsewhere:
+        warn(f"{taken} is a CUDA exercise and there is no GPU here: check it on the class's pool, or a GPU machine")
+    return taken, exercise.start(fam, v, folder, fam.parse_params(params, [v]), force, student), elsewhere
 
 
 def check(folder: Path, device: str, student: str | None, timeout: float, sanitize: bool, pool: Path | None,

@@ -149,7 +149,8 @@ def test_start_with_a_family_name_alone_on_a_laptop_takes_its_cpu_exercise(kplay
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     result = kplay("start", "sum", tmp_path / "me")
     assert result.exit_code == 0, result.output
-    assert "started sum/cpp; fill in the TODOs" in result.stdout and "warning" not in result.stderr
+    assert "started sum/cpp: fill in the TODOs" in result.stdout and "warning" not in result.stderr
+    assert "--pool" not in result.stdout
     assert registry.load_family(tmp_path / "me").exercise["variant"] == "cpp"
     assert "TODO 3: Sum the chunks in parallel" in (tmp_path / "me" / "sum.cpp").read_text()
 
@@ -211,7 +212,7 @@ def test_the_printed_next_command_works_when_pasted(kplay, tmp_path):
     folder = tmp_path / "a b é [x]"
     result = kplay("start", "print_array", folder)
     assert result.exit_code == 0, result.output
-    pasted = re.search(r"kplay check (.+?) \(stuck\? kplay hint (.+?)\)$", result.stdout.strip().splitlines()[-1])
+    pasted = re.search(r"kplay check (.+?)\s+\(stuck\? kplay hint (.+?)\)$", result.stdout.strip().splitlines()[-1])
     assert shlex.split(pasted[1]) == shlex.split(pasted[2]) == [str(folder)], result.stdout
 
 
@@ -349,8 +350,9 @@ def test_checking_a_cuda_exercise_without_a_gpu_says_why(kplay, tmp_path, monkey
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # nor here
     started = kplay("start", "sum/shuffle", tmp_path / "me")
     said = " ".join(started.stderr.split())
-    assert started.exit_code == 0 and said.startswith("warning: sum/shuffle is a CUDA exercise and no GPU is visible "
-                                                      "here: check it on a machine with one, or on the class's pool")
+    assert started.exit_code == 0 and said.startswith("warning: sum/shuffle is a CUDA exercise and there is no GPU "
+                                                      "here: check it on the class's pool, or a GPU machine")
+    assert "kplay check" in started.stdout and " --pool TOKEN-FILE" in started.stdout  # the next step that works
     refused = kplay("start", "sum/shuffle", tmp_path / "me")  # said before writing: also when the write is refused
     assert refused.exit_code == 2 and "is a CUDA exercise" in refused.stderr and "not empty" in refused.stderr
     result = kplay("check", tmp_path / "me")

@@ -454,10 +454,11 @@ def start(exercise_: Annotated[str, typer.Argument(metavar="NAME", help="NAME or
                                                                      "(default: $KPLAY_STUDENT, else the login and this start's id).")] = None):
     """Write an exercise's starter: each marked region a numbered TODO; it compiles and fails the check."""
     with spinner(err):
-        taken, written = engine.start(exercise_, folder, param or [], force, name, path, warn)
+        taken, written, elsewhere = engine.start(exercise_, folder, param or [], force, name, path, warn)
     wrote(written)
-    out.print(f"started {escape(taken)}; fill in the TODOs, then: [b]kplay check {as_path(folder)}[/b] "
-              f"(stuck? [b]kplay hint {as_path(folder)}[/b])", highlight=False, soft_wrap=True)  # one line, to paste
+    out.print(f"started {escape(taken)}: fill in the TODOs, then", highlight=False)
+    out.print(f"  [b]kplay check {as_path(folder)}{' --pool TOKEN-FILE' * elsewhere}[/b]   (stuck? [b]kplay hint "
+              f"{as_path(folder)}[/b])", highlight=False, soft_wrap=True)  # one line: pasted, it works
 
 
 Student = Annotated[Optional[str], typer.Option("--name", help="The student's name in the record (default: the one "
@@ -540,8 +541,8 @@ def hint(folder: Annotated[Path, typer.Argument(help="A folder written by kplay 
         out.print(f"  why: {escape(found['why'])}", highlight=False)
     if found.get("code"):  # it compiles where the TODO is
         out.print("  code:", highlight=False)
-        for line in found["code"].splitlines():
-            out.print(f"    {escape(line)}", highlight=False)
+        for line in found["code"].splitlines():  # never wrapped: pasted, it compiles
+            out.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
 
 
 Results = Annotated[Optional[list[Path]], typer.Argument(metavar="RESULTS", show_default=False,

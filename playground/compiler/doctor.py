@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 
-CPU_BUILD = ("no GPU here, so the CPU build would do, at a fraction of the size: in a fresh venv, pip install torch "
-             "--index-url https://download.pytorch.org/whl/cpu, then kplay")
+CPU_BUILD = ("no GPU here, so the CPU build would do, at a fraction of the size: in a fresh venv, first pip install "
+             "torch --index-url https://download.pytorch.org/whl/cpu, then kplay (pip install .)")
 
 
 def _version(cmd: list[str]) -> str:

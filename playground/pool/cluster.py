@@ -36,7 +36,8 @@ def needs_dask():
     try:
         import distributed
     except ImportError:
-        raise UsageError('the pool needs Dask: pip install "kplay[pool]"') from None
+        raise UsageError(f"the pool needs Dask: {sys.executable} -m pip install distributed cryptography watchfiles"
+                         ) from None
     return distributed
 
 

@@ -3,6 +3,9 @@ flag has none) instead of Python's types, and whole numbers written as sizes are
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -48,9 +51,12 @@ def paths_there(paths: list[str] | None) -> list[str] | None:
 
 
 def worded(command) -> None:
-    """Each option's placeholder in words, in this command and those under it; --help's too."""
+    """Each option's placeholder in words, in this command and those under it; --help's too. A docstring's
+    paragraphs flow to the terminal's width (rich markup keeps a source line's breaks as they are)."""
     for sub in getattr(command, "commands", {}).values():
         worded(sub)
+    if command.help:
+        command.help = re.sub(r"(?<=\S)[ \t]*\n[ \t]*(?=\S)", " ", inspect.cleandoc(command.help))
     made = command.get_help_option
 
     def help_option(ctx, made=made):  # --help is made per call, outside command.params: a flag, no placeholder

@@ -7,6 +7,7 @@ import logging
 import queue
 import shlex
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ def changes(root: Path, stop=None) -> Iterator[set[str]]:
     try:
         import watchfiles
     except ImportError:
-        raise UsageError("kplay watch needs watchfiles: pip install 'kplay[workshop]'") from None
+        raise UsageError(f"kplay watch needs watchfiles: {sys.executable} -m pip install watchfiles") from None
 
     logging.getLogger("watchfiles").setLevel(logging.ERROR)  # its "KeyboardInterrupt caught" line: kplay says it
 

@@ -59,7 +59,7 @@ double sum_all(const T* x, int64_t n) {
   // kplay:why Chunk c is x[c * kChunk, min(n, (c + 1) * kChunk)). Each task writes only its own partials, so
   // kplay:why threads share nothing, and adding the partials in order gives one answer on 1 thread or 64.
   // kplay:code torch::stable::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
-  // kplay:code   for (int64_t c = first; c < last; ++c) partial[c] = 0;  // 0: chunk c's sum_range instead
+  // kplay:code   for (int64_t c = first; c < last; ++c) partial[c] = 0;  // chunk c's sum here
   // kplay:code });
   torch::stable::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
     for (int64_t c = first; c < last; ++c)
