@@ -49,6 +49,7 @@ def test_a_hints_code_is_its_own_field_and_fills_its_todo_on_request():
     assert hints[0].code == "return 6 * 7;\n// (so)"
     filled, _ = markers.strip(text, "x.cpp", fill={1: hints[0].code})
     assert filled == "int f() {\n  // TODO 1: Return the answer.\n  return 6 * 7;\n  // (so)\n}\n"
+    assert markers.strip(text, "x.cpp", fill={1: "return 7;"})[0] == "int f() {\n  // TODO 1: Return the answer.\n  return 7;\n}\n"
 
 
 def test_a_started_folders_hints_point_at_its_todos_and_give_code_apart(kplay, tmp_path):
@@ -69,6 +70,8 @@ def test_a_started_folders_hints_point_at_its_todos_and_give_code_apart(kplay, t
     ("a;\n// kplay:todo Do it.\nb;\n", "x.cu:2: // kplay:todo without its // kplay:end"),
     ("// kplay:end\n", "x.cu:1: // kplay:end outside a // kplay:todo region"),
     ("// kplay:todo A.\n// kplay:todo B.\n// kplay:end\n", "x.cu:2: // kplay:todo inside the region opened at line 1"),
+    ("// kplay:todo A.\nx;\n// kplay:end\n// kplay:todo B.\n// kplay:todo C.\n",  # the solution's lines, not the starter's
+     "x.cu:5: // kplay:todo inside the region opened at line 4"),
     ("// kplay:todo\n// kplay:end\n", "x.cu:1: // kplay:todo needs its hint"),
     ("// kplay:tood A.\n", "x.cu:1: unknown marker // kplay:tood"),
 ])
@@ -118,6 +121,7 @@ def test_start_check_hint_fix_check(kplay, tmp_path):
     shown = kplay("check", student, "--device", "cpu", "--seed", 0)
     assert shown.exit_code == 1 and "14/38 cases passed (24 wrong value)" in shown.output, shown.output
     assert "✗ cpp: n=1: out[]: got " in shown.output and "kept from another call" not in shown.output
+    assert "cpp: not timed, as it failed the check" in shown.output and rec["run"]["not_timed"] == ["cpp"]
 
     hint = kplay("hint", student)
     assert hint.exit_code == 0 and "hint 1/1 · TODO 1 in sum.cpp" in hint.output
@@ -278,8 +282,7 @@ def test_every_built_in_starter_compiles(kplay, tmp_path, name):
 def _coded(name: str) -> bool:
     family, variant = name.split("/")
     fam = registry.find(family)
-    files = {n: (fam.path / n).read_text() for n in fam.variant(variant).sources}
-    return any(h.code for h in markers.starter_files(files, fam.path)[1])
+    return any(h.code for h in exercise.hints_of(fam, fam.variant(variant), fam.parse_params([])))
 
 
 @pytest.mark.nvcc
@@ -298,7 +301,7 @@ def test_every_hints_code_compiles_in_its_todos_place(tmp_path, name):
     shutil.copytree(fam.path, copy, ignore=shutil.ignore_patterns("__pycache__"))
     for n, text in filled.items():
         (copy / n).write_text(text)
-    assert any(h.code.splitlines()[0] in filled[h.file] for h in hints if h.code)
+    assert all(h.code.splitlines()[0] in filled[h.file] for h in hints if h.code)
     exercise._compiles(registry.load_family(copy), v, params, name, str(copy))
 
 

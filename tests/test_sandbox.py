@@ -6,6 +6,7 @@ with what each attempt gave (errno, 0 for success).
 """
 
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -186,7 +187,10 @@ def test_a_wrapping_tool_writes_its_log_from_inside(monkeypatch, tmp_path):
     tools.mkdir(parents=True, exist_ok=True)
     monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tools, "fast-memcheck"))
     monkeypatch.setenv(sandbox.ENV, "1")
-    r = sanitize.run(request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True), "memcheck")
+    try:
+        r = sanitize.run(request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True), "memcheck")
+    finally:
+        shutil.rmtree(tools)
     assert (r["ok"], r["sanitize"]["findings"], r["sanitize"]["summary"]) == (True, [], "0 errors"), r["sanitize"]
 
 

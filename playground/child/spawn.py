@@ -37,8 +37,8 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
         writable: tuple[str, ...] = ()) -> dict:
     """The result record as a dict; a failure in the child comes back as the same KplayError.
 
-    `under` is a tool's command line (compute-sanitizer, ncu) that starts the worker, `env` what it adds to the
-    worker's environment, `writable` the folders the tool writes to. A tool need not pass a pipe on: a file.
+    `under`: a tool (compute-sanitizer, ncu) that starts the worker, which then writes to a file (a tool need not
+    pass a pipe on); `env`: what it adds to the worker's environment; `writable`: the folders the tool writes to.
     The worker asks this process for the device's lease (lock.Granted): no process of its own ever holds one.
     In the sandbox (sandbox.wanted()), the worker and all it starts run inside bubblewrap, within its limits.
     """
@@ -46,7 +46,7 @@ def run(request: Request, on_event=events.ignore, under: list[str] = (), env: di
     with tempfile.TemporaryFile() as log, tempfile.TemporaryDirectory(prefix="kplay-run-") as private:
         channel, grants = os.path.join(private, "channel"), _Grants(os.path.join(private, "grant"))
         Path(channel).touch()
-        child, read = _start(request, log, channel, under, env, box, [private, *writable])
+        child, read = _start(request, log, channel, under, env, box, private, writable)
         over = _Clock(child, box.limits.wall_s if box else None)
         try:
             with _ending_kills_the_child():
@@ -126,10 +126,11 @@ def _let_finish(child) -> None:
         pass
 
 
-def _start(request: Request, log, channel: str, under: list[str], env: dict | None, box, writable: list[str]):
+def _start(request: Request, log, channel: str, under: list[str], env: dict | None, box, private: str,
+           writable: tuple[str, ...]):
     """The worker (under the tool, if any; in the sandbox, if any), the request on its stdin; returns it and
     the descriptor to read. Inside `warm()`, a plain run's worker is forked by the zygote instead."""
-    grant = {GRANT: os.path.join(writable[0], "grant")}
+    grant = {GRANT: os.path.join(private, "grant")}
     if _zygote and not under and not env and not box and threading.current_thread() is _zygote.thread:
         read, write = os.pipe()
         try:
@@ -149,7 +150,7 @@ def _start(request: Request, log, channel: str, under: list[str], env: dict | No
         target, fds = str(write), (write,)
     argv = [*under, sys.executable, "-m", "playground.child.main", target]
     if box:
-        argv, env = box.command(argv, writable=writable), box.environment(env)
+        argv, env = box.command(argv, writable=[private, *writable]), box.environment(env)
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=log, pass_fds=fds, env=env,
                              start_new_session=True)
     if not under:

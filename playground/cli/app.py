@@ -150,7 +150,7 @@ def warn(line: str, kind: str = "warning") -> None:
 
 def wrote(files) -> None:
     for f in files:
-        out.print(f"wrote {f}", highlight=False, soft_wrap=True)  # a long path stays one line, to copy
+        out.print(f"wrote {escape(str(f))}", highlight=False, soft_wrap=True)  # a long path stays one line, to copy
 
 
 def emit(data, as_json: bool, render) -> None:
@@ -417,7 +417,7 @@ def eject(name: str, folder: Folder = None, device: Annotated[Optional[Device], 
     fam = engine.find(name, path)
     target = Path(folder or fam.name)
     wrote(engine.eject(fam, target, device and device.value, variant, param or [], force, starter))
-    out.print(f"edit the sources, then: [b]kplay run {as_path(target)}[/b]")
+    out.print(f"edit the sources, then: [b]kplay run {as_path(target)}[/b]", soft_wrap=True)
 
 
 @app.command()
@@ -426,7 +426,7 @@ def new(name: str, folder: Folder = None, force: Force = False):
     """Scaffold a new kernel family (C++ op, reference, test sizes) that passes as it is."""
     target = Path(folder or name)
     wrote(engine.new(name, target, force))
-    out.print(f"try it: [b]kplay run {as_path(target)}[/b]")
+    out.print(f"try it: [b]kplay run {as_path(target)}[/b]", soft_wrap=True)
 
 
 @app.command()

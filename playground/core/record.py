@@ -179,6 +179,7 @@ class RunResult:
     variants: list[VariantResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     lease: dict = field(default_factory=dict)  # device, waited_s, timed_from, timed_to (epoch s): the timed phase
+    not_timed: list[str] = field(default_factory=list)  # the variants left out of a timing: they failed the check
     neighbours: dict = field(default_factory=dict)  # who else used the device while timing (neighbours.Seen)
 
     @property

@@ -7,6 +7,7 @@ import difflib
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection
@@ -454,7 +455,7 @@ def _forms(raw: list) -> tuple[str, ...]:
 def search_path(extra: list[str] | None = None) -> list[Path]:
     """Folders holding families: --path options, then $KPLAY_PATH, then the built-in snippets."""
     env = [p for p in os.environ.get("KPLAY_PATH", "").split(os.pathsep) if p]
-    return [Path(p).expanduser() for p in [*(extra or []), *env]] + [BUILTIN]
+    return [Path(p).expanduser().resolve() for p in [*(extra or []), *env]] + [BUILTIN]  # `--path .`: a named folder
 
 
 def scan(extra: list[str] | None = None) -> tuple[dict[str, Family], list[str]]:
@@ -514,7 +515,8 @@ def find(name: str, extra: list[str] | None = None) -> Family:
     if name in known:
         return known[name]
     if (Path(name) / "task.toml").exists():  # a folder here, named as a family: say how to run it
-        raise UsageError(f"unknown kernel '{name}'; the folder {name} here holds one: give it as a path, ./{name}")
+        raise UsageError(f"unknown kernel '{name}'; the folder {name} here holds one: give it as a path, "
+                         f"{shlex.quote('./' + name)}")
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else f"; known: {', '.join(known)}"
     raise UsageError(f"unknown kernel '{name}'{hint}")

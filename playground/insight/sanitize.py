@@ -8,6 +8,7 @@ are none, and was never seen with some), and only the findings in the variant's 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import tempfile
@@ -168,8 +169,10 @@ def _under(req, argv: list[str], log: Path, on_event) -> tuple[dict | None, Kern
         except KernelCrash as e:  # memcheck's finding may end the kernel: "unspecified launch failure"
             crash = e
         text = own.read_text(errors="replace") if own.exists() else ""
-        if own.exists():  # kept under the name the report gives
-            shutil.move(own, log)
+        if own.exists():  # kept under the name the report gives: copied beside it, then renamed (atomic)
+            beside = log.with_name(f"{log.name}.{os.getpid()}")
+            shutil.copyfile(own, beside)
+            os.replace(beside, log)
         else:
             log.unlink(missing_ok=True)
     return result, crash, text
@@ -185,8 +188,7 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
     log = cache_dir() / "sanitize" / f"{req.family}-{tool}.log"
     result, crash, text = _under(req, argv, log, on_event)
     if not crash and not summary(text):  # no summary, no verdict: "clean" would be a guess
-        crash = KernelCrash(f"{tool} gave no summary (its log: {'empty' if text else 'not written'}), so the run "
-                            "cannot be called clean")
+        crash = KernelCrash(f"no summary (its log {'empty' if text else 'not written'}), so not called clean")
         crash.details = tool_errors(text)
         raise crash
     fam = req.load_family()

@@ -47,7 +47,7 @@ def paths_there(paths: list[str] | None) -> list[str] | None:
 
     for line in missing_paths(paths):
         Console(stderr=True).print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
-    return paths
+    return paths or []  # never None: typer 0.12 takes len() of what a callback returns
 
 
 def worded(command) -> None:
@@ -69,6 +69,6 @@ def worded(command) -> None:
     for p in command.params:
         flag = getattr(p, "is_flag", False)
         if p.metavar is None and p.name != "device":  # device: its choices, auto|cpu|cuda
-            p.metavar = "" if flag else WORDS.get(p.name, "NAME")
+            p.metavar = "" if flag else WORDS.get(p.name.rstrip("_"), "NAME")
         if not any(o.startswith("-") for o in p.opts):  # an argument: its placeholder is its name, no type beside it
             p.display_type_rich = lambda ctx: ""  # (typer >= 0.20 prints the annotation there)

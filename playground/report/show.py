@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 from rich.console import Group
@@ -12,6 +13,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from ..family.registry import BUILTIN
 from .tables import COLORS, loop_line, loop_verdict, sizes_table
 
 OPCODE = r"^(?:@!?[%\w]+\s+)?[A-Za-z_][\w.]*"  # SASS LDG.E.128, PTX ld.global.v4.f32, x86 vaddps, a predicate first
@@ -39,7 +41,8 @@ def source(fam, chosen: list[tuple], width: int) -> Group:
     for v, files, starter in chosen:
         parts.append(Text.from_markup(f"[b]{escape(v.name)}[/b] ({v.device}): {escape(v.note)}"))
         if starter:
-            parts.append(Text(f"the exercise's starter, its TODOs to fill in (kplay start {fam.name}/{v.name} DIR); "
+            named = fam.name if fam.path.parent == BUILTIN else shlex.quote(str(fam.path))  # built-in, or a folder
+            parts.append(Text(f"the exercise's starter, its TODOs to fill in (kplay start {named}/{v.name} DIR); "
                               "--solution shows the solution", style="yellow"))
         for file, text in files.items():
             syntax = Syntax(text, "cuda" if file.endswith(".cu") else "cpp", line_numbers=True, word_wrap=True)

@@ -298,6 +298,8 @@ def _outcome(r: dict) -> list:
     for v in r["variants"]:
         out += _printed(v)
         out += [Text(f"✗ {v['variant']}: {m}", style="red") for m in v["check"]["mismatches"]]
+        if v["variant"] in r.get("not_timed", ()):
+            out.append(Text(f"{v['variant']}: not timed, as it failed the check", style="dim"))
     verdict = "[green b]PASS[/]" if r["ok"] else f"[red b]FAIL[/]: {r.get('why') or 'the check failed'}"
     return out + [Text.from_markup(verdict)]
 

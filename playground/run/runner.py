@@ -74,6 +74,8 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
         main = make_inputs(spec, req.sizes, dtype, device, req.seed, main_distribution(fam))
         _check_all(spec, fam, req, result, built, main, dtype, on_event)
     passed = {v.variant: built[v.variant][0] for v in result.variants if v.check.ok}  # a wrong kernel is not timed
+    if fam.bench and req.bench:
+        result.not_timed = [v.variant for v in result.variants if not v.check.ok]
     if fam.bench and req.bench and passed:
         with lease.held(key, exclusive=True, on_wait=waiting) as waited:
             on_event(events.PHASE, phase="time")

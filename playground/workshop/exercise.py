@@ -27,7 +27,7 @@ def exercises(fam: registry.Family) -> list[str]:
     """The names of the variants a student can start: those with // kplay:todo regions."""
     if not is_exercise(fam):
         return []
-    return [v.name for v in fam.variants.values() if _hints(fam, v, fam.parse_params([]))]
+    return [v.name for v in fam.variants.values() if hints_of(fam, v, fam.parse_params([]))]
 
 
 def starter_sources(fam: registry.Family, variant: registry.Variant, params: dict) -> dict[str, str]:
@@ -40,7 +40,7 @@ def pick(fam: registry.Family, variant: str | None, gpu: bool) -> registry.Varia
     first exercise of this machine's device (a GPU's, where there is one), else the first that runs here."""
     if variant:
         return fam.variant(variant)
-    marked = [v for v in fam.variants.values() if _hints(fam, v, fam.parse_params([]))]
+    marked = [v for v in fam.variants.values() if hints_of(fam, v, fam.parse_params([]))]
     if not marked:
         raise UsageError(f"{fam.name} has no // kplay:todo regions: nothing to start")
     runs = [v for v in marked if gpu or v.device != "cuda"]
@@ -53,7 +53,8 @@ def pick(fam: registry.Family, variant: str | None, gpu: bool) -> registry.Varia
     return sorted(runs, key=lambda v: v.device != ("cuda" if gpu else "cpu"))[0]
 
 
-def _hints(fam, variant, params) -> list[Hint]:
+def hints_of(fam, variant, params) -> list[Hint]:
+    """A variant's hints, from its sources and the headers they include, numbered in that order."""
     files = {**render.sources(fam, variant, params), **{n: render.header(fam, variant, n) for n in variant.includes}}
     return starter_files(files, fam.path)[1]
 
@@ -66,7 +67,7 @@ def start(fam: registry.Family, variant: registry.Variant, folder: Path, params:
 
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())) and not force:
         raise UsageError(f"{folder} is not empty: a student's files are never overwritten (use --force)")
-    hints = _hints(fam, variant, params)
+    hints = hints_of(fam, variant, params)
     if not hints:
         raise UsageError(f"{fam.name}/{variant.name} has no // kplay:todo regions: nothing to start")
     who = (name or os.environ.get("KPLAY_STUDENT", "")).strip()

@@ -35,7 +35,7 @@ class Hint:
 def strip(text: str, where: str, first: int = 1, fill: dict[int, str] | None = None) -> tuple[str, list[Hint]]:
     """The starter's text and its hints, numbered from `first`; a broken marking is one UsageError. `fill`: the
     code to put in place of the starter's lines of these TODOs (by number), to build a hint's code."""
-    out, hints, region = [], [], None  # region: [indent, starter line, what, why, in_stub, stub, code]
+    out, hints, region = [], [], None  # region: [indent, starter line, what, why, in_stub, stub, code, its line]
     for k, line in enumerate(text.splitlines(keepends=True), 1):
         m = MARKER.search(line)
         tag, rest = (m.group(1), m.group(2).strip()) if m else (None, "")
@@ -45,14 +45,14 @@ def strip(text: str, where: str, first: int = 1, fill: dict[int, str] | None = N
             if tag == "todo":
                 if not rest:
                     raise UsageError(f"{where}:{k}: // kplay:todo needs its hint on the same line")
-                region = [line[:len(line) - len(line.lstrip())], len(out) + 1, rest, "", False, [], []]
+                region = [line[:len(line) - len(line.lstrip())], len(out) + 1, rest, "", False, [], [], k]
                 out.append(f"{region[0]}// TODO {first + len(hints)}: {rest}\n")
             elif tag:
                 raise UsageError(f"{where}:{k}: // kplay:{tag} outside a // kplay:todo region")
             else:
                 out.append(line)
         elif tag == "todo":
-            raise UsageError(f"{where}:{k}: // kplay:todo inside the region opened at line {region[1]} (close it with // kplay:end)")
+            raise UsageError(f"{where}:{k}: // kplay:todo inside the region opened at line {region[7]} (close it with // kplay:end)")
         elif tag == "why":
             region[3] = (region[3] + " " + rest).strip()
         elif tag == "code":
@@ -62,13 +62,13 @@ def strip(text: str, where: str, first: int = 1, fill: dict[int, str] | None = N
         elif tag == "end":
             number, code = first + len(hints), "\n".join(region[6])
             hints.append(Hint(number, Path(where).name, region[1], region[2], region[3], code))
-            placed = [f"{region[0]}{c}\n" for c in region[6]] if fill and number in fill else region[5]
+            placed = [f"{region[0]}{c}\n" for c in fill[number].splitlines()] if fill and number in fill else region[5]
             out += placed
             region = None
         elif region[4]:  # a stub line: a comment in the solution, code in the starter
             region[5].append(re.sub(r"^(\s*)// ?", r"\1", line))
     if region is not None:
-        raise UsageError(f"{where}:{region[1]}: // kplay:todo without its // kplay:end")
+        raise UsageError(f"{where}:{region[7]}: // kplay:todo without its // kplay:end")
     return "".join(out), hints
 
 
