@@ -50,11 +50,11 @@ def runs_then_tree(x, block: int):
     return pairwise(acc)
 
 
-def computations(name: str, fam, spec, device: str) -> dict:
-    """{label: (fn(*inputs) -> outputs, its math)}: the family's variants here, PyTorch's op, and on the CPU
-    sum's own trees (IEEE arithmetic: the same on any device)."""
+def computations(name: str, fam, spec, device: str, dtype: str) -> dict:
+    """{label: (fn(*inputs) -> outputs, its math)}: the family's variants here that take the dtype, PyTorch's op,
+    and on the CPU sum's own trees (IEEE arithmetic: the same on any device)."""
     found = {}
-    for v in fam.variants_for(device):
+    for v in (v for v in fam.variants_for(device) if dtype in fam.dtypes_of(v)):
         ops = playground.load(name, v.name, device)
         found[v.name] = (lambda *x, ops=ops, v=v.name: spec.call(ops, v, *x)), v.math
     mod = specs.module(fam)
@@ -69,16 +69,16 @@ def computations(name: str, fam, spec, device: str) -> dict:
     return found
 
 
-def measure(name: str, seeds: int, device: str) -> list[dict]:
+def measure(name: str, seeds: int, device: str, dtypes: list[str] | None = None) -> list[dict]:
     fam = registry.find(name)
     spec = specs.load(fam)
     rows = []
     for sizes in SIZES[name]:
-        for dtype_name in fam.dtypes:
+        for dtype_name in (d for d in fam.dtypes if not dtypes or d in dtypes):
             dtype = getattr(torch, dtype_name)
             for dist in fam.distributions:
                 worst, labels, failures, t0 = 0.0, {}, 0, time.perf_counter()
-                fns = computations(name, fam, spec, device)
+                fns = computations(name, fam, spec, device, dtype_name)
                 for seed in range(seeds):
                     inputs = make_inputs(spec, sizes, dtype, device, seed, dist)
                     ref = as_tuple(spec.reference(*inputs))
@@ -114,17 +114,19 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--families", default="sum,linear,lltm")
+    parser.add_argument("--dtypes", default="", help="only these (comma-separated; default: each family's)")
     parser.add_argument("--out", default=None, help="a results file (default: printed only)")
     a = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     head = ["| family | sizes | dtype | data | largest error / tolerance | tolerance / largest error | false failures | by |",
             "|---|---|---|---|---:|---:|---:|---|"]
     print("\n".join(head))
-    rows = [r for name in a.families.split(",") for r in measure(name, a.seeds, a.device)]
+    rows = [r for name in a.families.split(",") for r in measure(name, a.seeds, a.device, [d for d in a.dtypes.split(",") if d])]
     if a.out:
         gpu = torch.cuda.get_device_name() if a.device == "cuda" else platform.processor() or platform.machine()
         text = [f"# Tolerance over the largest error of correct computations ({a.device}: {gpu}; torch {torch.__version__})",
-                "", f"`python benchmarks/tolerance.py --seeds {a.seeds} --device {a.device}`: {a.seeds} seeds, every "
+                "", f"`python benchmarks/tolerance.py --seeds {a.seeds} --device {a.device} --families {a.families}"
+                f"{' --dtypes ' + a.dtypes if a.dtypes else ''}`: {a.seeds} seeds, every "
                 "distribution each family declares. A false failure is an error over the tolerance.", "", *head,
                 *map(_row, rows), "", f"false failures in all: {sum(r['failures'] for r in rows)}"]
         with open(a.out, "w") as f:

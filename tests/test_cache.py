@@ -111,3 +111,15 @@ def test_a_variant_for_another_arch_is_refused_in_one_line(tmp_path, monkeypatch
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA A100")
     with pytest.raises(UsageError, match=r"hopper/cuda is built for sm_90a only; this GPU \(NVIDIA A100\) is sm_80"):
         build(family, variant, {})
+
+
+def test_a_ptxas_error_is_not_hidden_by_loop_remarks():
+    """A loop remark names std::runtime_error; ptxas's error, printed before it, is the one kept."""
+    from playground.compiler.build import compile_error
+    from playground.family import registry
+
+    fam = registry.find("print_array")
+    remark = "/x/main.cpp:30:3: missed: not vectorized: statement can throw an exception: std::runtime_error::x"
+    output = "\n".join(["ptxas /x/cuda.ptx, line 33; error   : Instruction 'wgmma.fence' not supported", *[remark] * 20])
+    error = compile_error(output, fam, fam.variants["cuda"])
+    assert error.details == ["ptxas /x/cuda.ptx, line 33; error   : Instruction 'wgmma.fence' not supported"]

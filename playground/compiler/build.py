@@ -244,9 +244,9 @@ def compile_error(output: str, family: Family, variant: Variant) -> BuildError:
             found.append((*key, m.groupdict().get("col")))  # nvcc gives no column
     if not found:
         commands = ("[", "FAILED", "ninja", "Error building extension")
-        said = ("error", "ld:", "undefined reference")  # the linker's own lines name no error
-        tail = [ln for ln in output.splitlines() if any(w in ln.lower() for w in said)
-                and not ln.lstrip().startswith(commands)]
+        said = re.compile(r"\berror\b|\bld:|undefined reference", re.IGNORECASE)  # the linker's lines name no error
+        tail = [ln for ln in output.splitlines() if said.search(ln) and not ln.lstrip().startswith(commands)
+                and ": missed: " not in ln]  # a loop remark's std::runtime_error is no error (ptxas's would hide)
         tail = tail[-8:] or output.splitlines()[-8:]
         return BuildError(f"{family.name}/{variant.name}: build failed", tail)
     details = []

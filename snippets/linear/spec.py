@@ -37,6 +37,7 @@ def update(ref, where, old, new, x, weight, bias, grad_out):
 
 
 TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 mantissa bits: rounding to nearest errs by at most 2^-11, relative
+HALF = (torch.bfloat16, torch.float16)  # inputs in half precision, sums in float32 (ATen, cuBLAS), the output rounded
 
 
 def product_tolerance(a, b, dtype, extra=None, tf32=False):
@@ -52,7 +53,8 @@ def product_tolerance(a, b, dtype, extra=None, tf32=False):
     """
     if not a.numel() or not b.numel():
         return 0.0
-    u = (torch.finfo(dtype).eps + torch.finfo(torch.float64).eps) / 2
+    half = dtype in HALF  # its products are exact in float32, its sums float32's, and the output rounds once
+    u = (torch.finfo(torch.float32 if half else dtype).eps + torch.finfo(torch.float64).eps) / 2
     for precise in (torch.float32, torch.float64):  # a bound needs no float64, unless float32 overflows
         a_, b_ = a.to(precise), b.to(precise)
         exact, squares = a_ @ b_.T, (a_ * a_) @ (b_ * b_).T
@@ -65,6 +67,8 @@ def product_tolerance(a, b, dtype, extra=None, tf32=False):
     bound = LAMBDA * u * (k / 3 * (squares.double() + exact.double() ** 2)).sqrt()
     if tf32:
         bound += LAMBDA * math.sqrt(2) * TF32_ROUNDOFF * squares.double().sqrt()
+    if half:  # the output rounded to the dtype: at most half its ulp, relative
+        bound += torch.finfo(dtype).eps / 2 * exact.double().abs()
     return bound.max().item()
 
 
@@ -73,6 +77,8 @@ def tolerance(x, weight, bias, grad_out, dtype, math=""):
     float32 products round their inputs to TF32 (cuda-tensor-core)."""
     tf32 = math == "tf32" and dtype == torch.float32
     source = f"per element: {LAMBDA}σ of each product's rounding, u·√(k/3·(Σt² + (Σt)²))"
+    if dtype in HALF:
+        source += f", u of float32's sums, + the output rounded to {str(dtype).removeprefix('torch.')}"
     if tf32:
         source += f", + {LAMBDA}·√2·2^-11·√Σt²: inputs rounded to TF32"
     return gradient_tolerances(x, weight, bias, grad_out, dtype, tf32), source
