@@ -524,3 +524,15 @@ def test_cuda_api_run_all_variants():
                        budget_s=0.05)
     assert r.ok and [v.variant for v in r.variants] == CUDA_VARIANTS
     assert all(v.gflops > 0 for v in r.variants) and r.baselines["F.linear"].gflops > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cpp_in_half_precision_passes_and_a_cuda_step_refuses_it(kplay, dtype):
+    """Half-precision inputs, float32 sums (ATen's, F.linear's): the tolerance adds the output's one rounding."""
+    ran = kplay("run", "linear", "--variant", "cpp", "--dtype", dtype, "--batch", "64", "--in", "96", "--out", "80",
+                "--no-bench", "--json")
+    assert ran.exit_code == 0, ran.output
+    check = json.loads(ran.stdout)["variants"][0]["check"]
+    assert check["ok"] and 0 < check["max_abs_err"] <= check["tolerance"], check
+    refused = kplay("run", "linear", "--variant", "cuda-naive", "--dtype", dtype, "--device", "cuda")
+    assert refused.exit_code == 2 and f"linear/cuda-naive takes float32, float64, not {dtype}" in refused.stderr
