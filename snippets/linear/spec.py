@@ -37,7 +37,7 @@ def update(ref, where, old, new, x, weight, bias, grad_out):
 
 
 TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 mantissa bits: rounding to nearest errs by at most 2^-11, relative
-HALF = (torch.bfloat16, torch.float16)  # inputs in half precision, sums in float32 (ATen, cuBLAS), the output rounded
+HALF = (torch.bfloat16, torch.float16)  # inputs in half precision, sums in float32 (ATen, cuBLAS), the output rounded once
 
 
 def product_tolerance(a, b, dtype, extra=None, tf32=False):
@@ -67,8 +67,8 @@ def product_tolerance(a, b, dtype, extra=None, tf32=False):
     bound = LAMBDA * u * (k / 3 * (squares.double() + exact.double() ** 2)).sqrt()
     if tf32:
         bound += LAMBDA * math.sqrt(2) * TF32_ROUNDOFF * squares.double().sqrt()
-    if half:  # the output rounded to the dtype: at most half its ulp, relative
-        bound += torch.finfo(dtype).eps / 2 * exact.double().abs()
+    if half:  # the output rounded to the dtype once, to nearest or not: within one ulp, relative
+        bound += torch.finfo(dtype).eps * exact.double().abs()
     return bound.max().item()
 
 
@@ -78,7 +78,7 @@ def tolerance(x, weight, bias, grad_out, dtype, math=""):
     tf32 = math == "tf32" and dtype == torch.float32
     source = f"per element: {LAMBDA}σ of each product's rounding, u·√(k/3·(Σt² + (Σt)²))"
     if dtype in HALF:
-        source += f", u of float32's sums, + the output rounded to {str(dtype).removeprefix('torch.')}"
+        source += f", u of float32's sums, + one ulp of the output in {str(dtype).removeprefix('torch.')}"
     if tf32:
         source += f", + {LAMBDA}·√2·2^-11·√Σt²: inputs rounded to TF32"
     return gradient_tolerances(x, weight, bias, grad_out, dtype, tf32), source
