@@ -37,7 +37,7 @@ def update(ref, where, old, new, x, weight, bias, grad_out):
 
 
 TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 mantissa bits: rounding to nearest errs by at most 2^-11, relative
-HALF = (torch.bfloat16, torch.float16)  # inputs in half precision, sums in float32 (ATen, cuBLAS), the output rounded once
+HALF = (torch.bfloat16, torch.float16)  # half-precision inputs, float32 sums (ATen, cuBLAS), the output rounded once
 
 
 def product_tolerance(a, b, dtype, extra=None, tf32=False):
