@@ -58,6 +58,8 @@ PROBE = """
       execlp("sleep", "sleep", std::getenv("KPLAY_PROBE_MARK"), static_cast<char*>(nullptr));
       _exit(0);
     }
+    usleep(300000);  // the daemon's setsid and exec first, as a kernel that means it would wait: kplay kills the
+                     // worker's session as the worker ends, and a daemon still in it would go with it
     STD_TORCH_CHECK(false, "probe: " + seen + " .");
   }
 """
