@@ -34,6 +34,9 @@ def test_h200_peaks_match_the_published_figures():
     assert p.flops("float32") == pytest.approx(67_000, rel=0.02)  # published: FP32 67 TFLOPS
     assert p.flops("float64") == pytest.approx(34_000, rel=0.02)  # published: FP64 34 TFLOPS
     assert p.flops("int32") is None
+    assert p.flops("bfloat16") == p.flops("float16") == pytest.approx(132 * 1.98e9 * 2048 * 2 / 1e9)  # 1,070 TFLOP/s
+    assert p.flops("bfloat16") == pytest.approx(989_000, rel=0.1)  # published: 989 TFLOPS dense
+    assert p.source["bfloat16"] == "132 SMs x 1,980 MHz x 2,048 FMA x 2 (tensor cores, dense)"
     assert p.source["bandwidth"] == "2 x 3,201 MHz x 6,016 bits / 8"
     assert p.source["float32"] == "132 SMs x 1,980 MHz x 128 FMA x 2"
 

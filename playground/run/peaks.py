@@ -1,9 +1,9 @@
 """The device's peak figures, from its attributes: memory bandwidth and FLOP/s per dtype (the roofline's ceilings).
 
 Bandwidth = 2 x memory clock x bus width / 8 (the memory is double data rate), as nvbench and torch's
-GPULimits compute it. FLOP/s = SMs x max SM clock x FMAs per SM per clock x 2 (an FMA is two FLOPs), on
-the CUDA cores: tensor cores are not counted, since kplay's kernels do not use them. A CPU has no peak
-here (None): kplay knows no portable way to read one.
+GPULimits compute it. FLOP/s = SMs x max SM clock x FMAs per SM per clock x 2 (an FMA is two FLOPs): for
+float32 and float64 on the CUDA cores, for bfloat16 and float16 on the tensor cores (dense, float32 sums),
+where half-precision matrix work runs. A CPU has no peak here (None): kplay knows no portable way to read one.
 """
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ FMA_PER_SM = {
     (9, 0): {"float32": 128, "float64": 64},
     (10, 0): {"float32": 128, "float64": 64},
     (12, 0): {"float32": 128, "float64": 2},
+}
+
+# Dense FMAs per SM per clock on the tensor cores, half-precision inputs with float32 sums: A100's 312 TFLOP/s
+# is 108 SMs x 1,410 MHz x 1,024 x 2; Hopper's fourth-generation tensor cores do twice that per SM and clock.
+TENSOR_FMA_PER_SM = {
+    (8, 0): {"bfloat16": 1024, "float16": 1024},
+    (9, 0): {"bfloat16": 2048, "float16": 2048},
 }
 
 # cudaDeviceAttr values (driver_types.h); stable since CUDA 5 and still there in CUDA 13, which removed
@@ -57,10 +64,11 @@ def from_attributes(name: str, capability: tuple[int, int], sm_count: int, sm_cl
                     mem_clock_khz: int, bus_bits: int) -> Peaks:
     """The peaks from the attributes CUDA reports (clocks in kHz, as cudaDeviceGetAttribute gives them)."""
     bandwidth = 2 * mem_clock_khz * 1e3 * bus_bits / 8 / 1e9
-    rates = FMA_PER_SM.get(tuple(capability), {})
+    rates = FMA_PER_SM.get(tuple(capability), {}) | TENSOR_FMA_PER_SM.get(tuple(capability), {})
     gflops = {dtype: sm_count * sm_clock_khz * 1e3 * fma * 2 / 1e9 for dtype, fma in rates.items()}
     source = {"bandwidth": f"2 x {mem_clock_khz / 1e3:,.0f} MHz x {bus_bits:,} bits / 8"}
-    source |= {dtype: f"{sm_count} SMs x {sm_clock_khz / 1e3:,.0f} MHz x {fma} FMA x 2" for dtype, fma in rates.items()}
+    source |= {dtype: f"{sm_count} SMs x {sm_clock_khz / 1e3:,.0f} MHz x {fma:,} FMA x 2"
+               + (" (tensor cores, dense)" if dtype in ("bfloat16", "float16") else "") for dtype, fma in rates.items()}
     return Peaks(name, bandwidth, gflops, source)
 
 
