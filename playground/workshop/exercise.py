@@ -96,9 +96,10 @@ def _compiles(starter: registry.Family, variant: registry.Variant, params: dict,
 
 def graded(fam: registry.Family, variant: registry.Variant) -> list[str]:
     """The dtypes `check` grades: those of the family's `grade_dtypes` (default: all of its dtypes) the variant
-    takes, its first dtype first (that one's time ranks)."""
+    takes, or every one it takes where it takes none of those; its first dtype first (that one's time ranks)."""
     takes = fam.dtypes_of(variant)
-    return sorted([d for d in fam.grade_dtypes or fam.dtypes if d in takes], key=lambda d: d != takes[0])
+    chosen = [d for d in fam.grade_dtypes or fam.dtypes if d in takes] or list(takes)
+    return sorted(chosen, key=lambda d: d != takes[0])
 
 
 def grade(folder: Path, device: str, name: str | None, on_event, timeout: float = 120.0, sanitize: bool = True,

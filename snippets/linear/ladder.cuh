@@ -25,6 +25,11 @@ const char* launch_matmul_nt(const double* A, int64_t lda, const double* B, int6
                              double* C, int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
   return launch(A, lda, B, ldb, bias, C, ldc, M, N, K, static_cast<cudaStream_t>(stream));
 }
+// The tensor-core steps' entry point (tensor.cuh), refused: these steps multiply float32 and float64.
+const char* launch_matmul_nt(const uint16_t*, int64_t, const uint16_t*, int64_t, const uint16_t*, uint16_t*, int64_t,
+                             int64_t, int64_t, int64_t, bool, void*) {
+  return "linear: this step takes float32 and float64";
+}
 
 // The grid that covers C (M x N) with tiles of BM rows and BN columns, or an error for a batch too tall.
 inline const char* tile_grid(int64_t M, int64_t N, int64_t BM, int64_t BN, dim3& blocks) {

@@ -25,6 +25,9 @@ const char* launch_matmul_nt(const float* A, int64_t lda, const float* B, int64_
                              int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream);
 const char* launch_matmul_nt(const double* A, int64_t lda, const double* B, int64_t ldb, const double* bias,
                              double* C, int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream);
+// bfloat16 (bfloat16 true) or float16 as their bits: the tensor-core steps (tensor.cuh), float32 sums.
+const char* launch_matmul_nt(const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, const uint16_t* bias,
+                             uint16_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, bool bfloat16, void* stream);
 
 }  // namespace KPLAY_NS
 
@@ -45,19 +48,43 @@ void check_matrix(const Tensor& t, const Tensor& like, const char* name) {
   STD_TORCH_CHECK(t.is_cuda(), "linear: ", name, " must be a CUDA tensor");
   STD_TORCH_CHECK(t.get_device_index() == like.get_device_index(), "linear: ", name, " is on another GPU");
   STD_TORCH_CHECK(t.scalar_type() == like.scalar_type(), "linear: ", name, " has another dtype");
-  STD_TORCH_CHECK(t.scalar_type() == ScalarType::Float || t.scalar_type() == ScalarType::Double,
-                  "linear: float32 or float64 only");
+  const ScalarType type = t.scalar_type();
+  STD_TORCH_CHECK(type == ScalarType::Float || type == ScalarType::Double || type == ScalarType::BFloat16 ||
+                      type == ScalarType::Half,
+                  "linear: float32, float64, bfloat16 or float16 only");
+}
+
+bool is_16_bit(const Tensor& t) {
+  return t.scalar_type() == ScalarType::BFloat16 || t.scalar_type() == ScalarType::Half;
+}
+
+// The tensor-core steps read rows in 16-byte pieces: a row's length a multiple of 8 and a 16-byte aligned
+// start, else a copy padded with zeros (which add nothing to a product along k).
+Tensor whole_16_byte_rows(Tensor t) {
+  const int64_t k = t.size(1), padded = (k + 7) / 8 * 8;
+  if (padded == k && reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0) return t;
+  Tensor copy = torch::stable::new_zeros(t, {t.size(0), padded});
+  Tensor inside = torch::stable::narrow(copy, 1, 0, k);
+  torch::stable::copy_(inside, t);
+  return copy;
 }
 
 // C = A B^T (+ bias) for A (M, K) and B (N, K), both made contiguous here.
 Tensor matmul_nt(Tensor A, Tensor B, const Tensor* bias) {
   A = torch::stable::contiguous(A);
   B = torch::stable::contiguous(B);
-  const int64_t M = A.size(0), N = B.size(0), K = A.size(1);
+  const int64_t M = A.size(0), N = B.size(0);
   Tensor C = torch::stable::new_empty(A, {M, N});
+  if (is_16_bit(A)) A = whole_16_byte_rows(A), B = whole_16_byte_rows(B);
+  const int64_t K = A.size(1);
   void* stream = current_stream(A);
   const char* err;
-  if (A.scalar_type() == ScalarType::Float) {
+  if (is_16_bit(A)) {
+    auto bits = [](const Tensor& t) { return static_cast<const uint16_t*>(t.const_data_ptr()); };
+    err = KPLAY_NS::launch_matmul_nt(bits(A), K, bits(B), K, bias ? bits(*bias) : nullptr,
+                                     static_cast<uint16_t*>(C.mutable_data_ptr()), N, M, N, K,
+                                     A.scalar_type() == ScalarType::BFloat16, stream);
+  } else if (A.scalar_type() == ScalarType::Float) {
     err = KPLAY_NS::launch_matmul_nt(A.const_data_ptr<float>(), K, B.const_data_ptr<float>(), K,
                                             bias ? bias->const_data_ptr<float>() : nullptr,
                                             C.mutable_data_ptr<float>(), N, M, N, K, stream);

@@ -1,0 +1,108 @@
+// Step 10 of the matmul ladder (cuda-pipeline): cp.async in a three-stage pipeline, and swizzled tiles.
+// From step 9: copies that skip the registers and run while the warps multiply; a swizzle in place of padding.
+//
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. Step 9 waits for each
+// tile: load, sync, multiply, sync. Here cp.async copies global -> shared on its own (no register holds the
+// values on the way) and a thread may have several groups of copies in flight: while the warps multiply the
+// tiles of step k, those of k + 1 and k + 2 are arriving in two more copies of shared memory (STAGES = 3).
+// The tiles hold 64 values a row, 128 bytes, with no padding: chunk c of row r is stored at chunk c ^ (r % 8)
+// (tensor.cuh's `swizzled`), so the 8 rows an ldmatrix phase reads still hit all 32 banks. It is the layout
+// wgmma and TMA read (steps 11-13), and padding would not fit it.
+//
+// The block's 8 warps and their tiles are step 9's: 128 x 128 of C per block, 64 x 32 per warp.
+#include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, copy_tile_async, swizzled, store_fragment
+
+namespace KPLAY_NS {
+
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 3;  // k per stage: one 128-byte row
+constexpr int WARPS_M = 2, WARPS_N = 4, THREADS = 32 * WARPS_M * WARPS_N;
+constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
+constexpr int STAGE = (BM + BN) * BK;          // values in one stage: A's tile, then B's
+
+// This thread's pieces of the tiles of step k0 into stage s: A's tile, then B's.
+template <typename T>
+__device__ __forceinline__ void copy_stage(T* s, const T* A, int64_t lda, const T* B, int64_t ldb, int m0, int n0,
+                                           int k0, int M, int N, int K) {
+  copy_tile_async<BM, THREADS>(s, A, lda, m0, k0, M, K, threadIdx.x);
+  copy_tile_async<BN, THREADS>(s + BM * BK, B, ldb, n0, k0, N, K, threadIdx.x);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, int64_t ldb,
+                   const T* __restrict__ bias, T* __restrict__ C, int64_t ldc, int M, int N, int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(1024) unsigned char smem[];
+  T* stages = reinterpret_cast<T*>(smem);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, steps = (K + BK - 1) / BK;
+  float acc[MI][NI][4] = {};
+
+  // The pipeline fills: steps 0 .. STAGES - 2 in flight, one commit group each (empty past the last step,
+  // so that "all but STAGES - 2 groups done" always means "this step's tiles are here").
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) copy_stage(stages + s * STAGE, A, lda, B, ldb, m0, n0, s * BK, M, N, K);
+    cp_async_commit();
+  }
+  for (int step = 0; step < steps; ++step) {
+    // kplay:todo Wait for this step's copies (all but STAGES - 2 groups), sync, then copy step + STAGES - 1.
+    // kplay:why Its stage is the one the last step read: after the sync every warp is done with it. Commit a
+    // kplay:why group even when there is no step left to copy, so the count stays true.
+    cp_async_wait<STAGES - 2>();  // this thread's copies of `step` have landed
+    __syncthreads();              // everyone's have; and everyone is done with the stage reused below
+    const int next = step + STAGES - 1;
+    if (next < steps) copy_stage(stages + next % STAGES * STAGE, A, lda, B, ldb, m0, n0, next * BK, M, N, K);
+    cp_async_commit();
+    // kplay:end
+    const T* As = stages + step % STAGES * STAGE;
+    const T* Bs = As + BM * BK;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MI][4], bf[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        ldmatrix_x4(af[i], As + swizzled(wm + i * 16 + lane % 16, kk + lane / 16 * 8));
+      }
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        uint32_t r[4];
+        ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kk + lane / 8 % 2 * 8));
+        bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+#pragma unroll
+        for (int j = 0; j < NI; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy outlives the block (the last groups are empty, but say so)
+#pragma unroll
+  for (int i = 0; i < MI; ++i) {
+#pragma unroll
+    for (int j = 0; j < NI; ++j) store_fragment(C, ldc, bias, m0 + wm + i * 16, n0 + wn + j * 8, M, N, acc[i][j]);
+  }
+#else
+  __trap();  // launch() refuses a GPU before compute capability 8.0
+#endif
+}
+
+template <typename T>
+const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
+                   int64_t N, int64_t K, cudaStream_t stream) {
+  if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
+  if (M > INT32_MAX - BM || N > INT32_MAX - BN || K > INT32_MAX - BK) return "linear: a dimension exceeds 2^31 - 129";
+  if (compute_capability() < 80) return "linear: cuda-pipeline needs cp.async and mma.sync, compute capability 8.0+";
+  if ((M + BM - 1) / BM > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
+  constexpr int bytes = STAGES * STAGE * sizeof(T);  // 96 KB: over the 48 KB a block gets unless it asks
+  if (cudaFuncSetAttribute(matmul_nt_pipeline<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+    return launch_error();
+  }
+  const dim3 blocks(unsigned((N + BN - 1) / BN), unsigned((M + BM - 1) / BM));
+  matmul_nt_pipeline<T><<<blocks, THREADS, bytes, stream>>>(A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K));
+  return launch_error();
+}
+
+}  // namespace KPLAY_NS

@@ -1,0 +1,94 @@
+// Step 11 of the matmul ladder (cuda-wgmma): Hopper's warpgroup multiply, its operands read from shared memory.
+// From step 10: wgmma in place of ldmatrix + mma.sync; four warps multiply as one. Built for sm_90a only.
+//
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. On Hopper, mma.sync
+// (steps 8-10) reaches about two thirds of the tensor cores: each warp must first move its fragments from
+// shared memory into registers (ldmatrix), and those loads compete with the multiplies for issue slots. wgmma
+// is issued by a warpgroup (4 consecutive warps, 128 threads) and reads A and B from shared memory itself,
+// through a 64-bit descriptor per operand (hopper.cuh's smem_descriptor: where the tile starts, how its rows
+// are laid out). One wgmma m64n128k16 is 131,072 multiply-adds, and it is asynchronous: the warpgroup issues
+// it, then commits and waits for the group, as cp.async does.
+//
+// A block of 2 warpgroups computes a 128 x 128 tile of C, each a 64 x 128 piece (64 float32 sums per thread).
+// The tiles arrive as in step 10 (cp.async, 4 stages, the 128-byte swizzle, which wgmma reads directly), with
+// one more fence: cp.async writes through the generic proxy, wgmma reads through the async proxy.
+#include "hopper.cuh"  // smem_descriptor, wgmma_m64k16, fence_proxy_async; tensor.cuh's copy_tile_async, ...
+
+namespace KPLAY_NS {
+
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 4;  // k per stage: one 128-byte row
+constexpr int GROUPS = BM / 64, THREADS = 128 * GROUPS;  // a warpgroup per 64 rows of the tile
+constexpr int STAGE = (BM + BN) * BK;                     // values in one stage: A's tile, then B's
+
+template <typename T>
+__device__ __forceinline__ void copy_stage(T* s, const T* A, int64_t lda, const T* B, int64_t ldb, int m0, int n0,
+                                           int k0, int M, int N, int K) {
+  copy_tile_async<BM, THREADS>(s, A, lda, m0, k0, M, K, threadIdx.x);
+  copy_tile_async<BN, THREADS>(s + BM * BK, B, ldb, n0, k0, N, K, threadIdx.x);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+matmul_nt_wgmma(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, int64_t ldb,
+                const T* __restrict__ bias, T* __restrict__ C, int64_t ldc, int M, int N, int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ unsigned char smem[];
+  // The swizzle's pattern repeats every 1,024 bytes, and wgmma assumes each tile starts on one.
+  T* stages = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem) + 1023) / 1024 * 1024);
+  const int group = threadIdx.x / 128, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, steps = (K + BK - 1) / BK;
+  float d[BN / 2] = {};  // this thread's sums: 64 x 128 per warpgroup over 128 threads
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < steps) copy_stage(stages + s * STAGE, A, lda, B, ldb, m0, n0, s * BK, M, N, K);
+    cp_async_commit();
+  }
+  for (int step = 0; step < steps; ++step) {
+    cp_async_wait<STAGES - 2>();
+    fence_proxy_async();  // this thread's copies, visible to wgmma
+    __syncthreads();      // everyone's; and every warpgroup is done with the stage reused below
+    const int next = step + STAGES - 1;
+    if (next < steps) copy_stage(stages + next % STAGES * STAGE, A, lda, B, ldb, m0, n0, next * BK, M, N, K);
+    cp_async_commit();
+    const T* As = stages + step % STAGES * STAGE + group * 64 * BK;  // this warpgroup's 64 rows of A
+    const T* Bs = stages + step % STAGES * STAGE + BM * BK;
+    // kplay:todo wgmma_fence(), then for each kk of the stage (16 at a time) one wgmma_m64k16<BN, T> on the
+    // kplay:todo descriptors of As + kk and Bs + kk; commit the group and wait for it.
+    // kplay:why The descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle.
+    // kplay:why The wait (no group pending) lets the next loop's sync free this stage.
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+    // kplay:end
+    fence_registers(d);
+  }
+  cp_async_wait<0>();
+  const int warp = threadIdx.x % 128 / 32;  // rows 16 warp .. + 15 of the warpgroup's 64
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    store_fragment(C, ldc, bias, m0 + group * 64 + warp * 16, n0 + j * 8, M, N, d + 4 * j);
+  }
+#else
+  __trap();  // built for sm_90a alone: kplay refuses another GPU before the build
+#endif
+}
+
+template <typename T>
+const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
+                   int64_t N, int64_t K, cudaStream_t stream) {
+  if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
+  if (M > INT32_MAX - BM || N > INT32_MAX - BN || K > INT32_MAX - BK) return "linear: a dimension exceeds 2^31 - 129";
+  if (compute_capability() != 90) return "linear: cuda-wgmma needs wgmma, compute capability 9.0 (Hopper)";
+  if ((M + BM - 1) / BM > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
+  constexpr int bytes = STAGES * STAGE * sizeof(T) + 1024;  // 128 KB, and room to align the first tile
+  if (cudaFuncSetAttribute(matmul_nt_wgmma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+    return launch_error();
+  }
+  const dim3 blocks(unsigned((N + BN - 1) / BN), unsigned((M + BM - 1) / BM));
+  matmul_nt_wgmma<T><<<blocks, THREADS, bytes, stream>>>(A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K));
+  return launch_error();
+}
+
+}  // namespace KPLAY_NS

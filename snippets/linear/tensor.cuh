@@ -1,0 +1,175 @@
+// What the tensor-core steps share (cuda-mma and up): bfloat16 and float16 inputs, float32 sums, the output
+// rounded once. The entry points linear_cuda.cpp calls; the PTX the steps meet, in order: ldmatrix and
+// mma.sync (cuda-mma), cp.async and the swizzle (cuda-pipeline), wgmma and its shared-memory descriptors
+// (cuda-wgmma), mbarriers and TMA (cuda-tma, cuda-warp-specialized); and the store of C. Each step defines
+//   template <typename T> const char* launch(A, lda, B, ldb, bias, C, ldc, M, N, K, stream);
+// for C[m][n] = bias[n] + sum_k A[m][k] B[n][k], T __nv_bfloat16 or __half. linear_cuda.cpp hands it rows
+// of whole 16-byte pieces: K a multiple of 8 and A, B 16-byte aligned (it pads a copy where they are not).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace KPLAY_NS {
+
+template <typename T>
+const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
+                   int64_t N, int64_t K, cudaStream_t stream);  // the step's
+
+template <typename T>
+const char* launch_bits(const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, const uint16_t* bias,
+                        uint16_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
+  auto in = [](const uint16_t* p) { return reinterpret_cast<const T*>(p); };
+  return launch(in(A), lda, in(B), ldb, in(bias), reinterpret_cast<T*>(C), ldc, M, N, K,
+                static_cast<cudaStream_t>(stream));
+}
+
+// nullptr on success, else the CUDA error. The 16-bit types travel as their bits: the C++ side knows
+// neither __nv_bfloat16 nor __half.
+const char* launch_matmul_nt(const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, const uint16_t* bias,
+                             uint16_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, bool bfloat16, void* stream) {
+  return (bfloat16 ? launch_bits<__nv_bfloat16> : launch_bits<__half>)(A, lda, B, ldb, bias, C, ldc, M, N, K, stream);
+}
+// The CUDA-core steps' entry points, refused: these steps multiply 16-bit inputs only.
+const char* launch_matmul_nt(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
+                             int64_t, int64_t, void*) {
+  return "linear: this step takes bfloat16 and float16";
+}
+const char* launch_matmul_nt(const double*, int64_t, const double*, int64_t, const double*, double*, int64_t, int64_t,
+                             int64_t, int64_t, void*) {
+  return "linear: this step takes bfloat16 and float16";
+}
+
+// nullptr when the launch went through, else CUDA's words for what went wrong.
+inline const char* launch_error() {
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// The GPU's compute capability as 10 * major + minor, or 0 when it cannot be read.
+inline int compute_capability() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return 0;
+  }
+  return 10 * major + minor;
+}
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- cuda-mma: ldmatrix feeds mma.sync ------------------------------------------------------------------
+
+// Four 8 x 8 matrices of 16-bit values from shared memory, one warp-wide instruction: lane l gives the address
+// of row l % 8 of matrix l / 8 (16 bytes), and receives in r[i] the two values of row l / 4, columns 2 (l % 4)
+// and 2 (l % 4) + 1 of matrix i: exactly the layout mma.sync's fragments want.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+
+// d += a b for a 16 x 16 tile of A (row-major: k along a row) and a 16 x 8 tile of B (column-major: k along
+// a column, as B[n][k] is stored), float32 sums: 4,096 multiply-adds per warp-wide instruction.
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+// ---- cuda-pipeline: copies that skip the registers, and a swizzle in place of padding --------------------
+
+// 16 bytes global -> shared without passing through registers; zeros where !inside (src-size 0).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool inside) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(inside ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>  // wait until at most PENDING of this thread's committed groups are still in flight
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// A tile row of 64 16-bit values is 128 bytes, eight 16-byte chunks. Chunk c of row r is stored at chunk
+// c ^ (r % 8): eight rows' chunk c (what one ldmatrix phase reads) land in eight different chunks, so all 32
+// banks, with no padding. It is the layout the hardware calls the 128-byte swizzle (TMA and wgmma read it
+// given a 1,024-byte aligned tile). Returns the element offset of (r, k) in such a tile.
+__device__ __forceinline__ int swizzled(int r, int k) { return r * 64 + (((k >> 3) ^ (r & 7)) << 3) + (k & 7); }
+
+// This thread's pieces of the ROWS x 64 tile of P (R x K, row stride ld) at (row0, k0), into a swizzled tile:
+// piece i is row i / 8, chunk i % 8, for i = thread, + THREADS, ... (a warp copies four whole 128-byte rows).
+// Zeros past the matrix; K is a multiple of 8, so a piece is all inside or all outside. An address outside is
+// never read (src-size 0), but it must be valid: P itself.
+template <int ROWS, int THREADS, typename T>
+__device__ __forceinline__ void copy_tile_async(T* tile, const T* P, int64_t ld, int row0, int k0, int R, int K,
+                                                int thread) {
+  static_assert(ROWS * 8 % THREADS == 0, "every thread copies as many pieces");
+#pragma unroll
+  for (int c = 0; c < ROWS * 8 / THREADS; ++c) {
+    const int i = thread + c * THREADS, r = i / 8, k = i % 8 * 8;
+    const bool inside = row0 + r < R && k0 + k < K;
+    cp_async16(tile + swizzled(r, k), inside ? P + (row0 + r) * ld + k0 + k : P, inside);
+  }
+}
+
+// ---- every step: C from the fragments --------------------------------------------------------------------
+
+// Conversions by name: torch's builds define __CUDA_NO_BFLOAT16_CONVERSIONS__ and __CUDA_NO_HALF_CONVERSIONS__.
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T>
+__device__ __forceinline__ T rounded(float v) {  // to nearest
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return __float2half_rn(v);
+}
+
+// C[m][n] and C[m][n + 1] = v + bias, rounded once to T; columns past N and rows past M skipped. One 4-byte
+// store where both columns are in and the pair is aligned (even ldc), else two.
+template <typename T>
+__device__ __forceinline__ void store_pair(T* C, int64_t ldc, const T* bias, int m, int n, int M, int N, float v0,
+                                           float v1) {
+  if (m >= M || n >= N) return;
+  if (bias != nullptr) {
+    v0 += to_float(bias[n]);
+    if (n + 1 < N) v1 += to_float(bias[n + 1]);
+  }
+  T* out = C + m * ldc + n;
+  if (n + 1 < N && ldc % 2 == 0) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
+    } else {
+      *reinterpret_cast<__half2*>(out) = __floats2half2_rn(v0, v1);
+    }
+    return;
+  }
+  out[0] = rounded<T>(v0);
+  if (n + 1 < N) out[1] = rounded<T>(v1);
+}
+
+// A warp's mma.sync accumulator for rows m, m + 8, columns n, n + 1, where m = row0 + l / 4 and n = col0 +
+// 2 (l % 4) for lane l: d[0], d[1] on row m, d[2], d[3] on row m + 8. wgmma's accumulators repeat it.
+template <typename T>
+__device__ __forceinline__ void store_fragment(T* C, int64_t ldc, const T* bias, int row0, int col0, int M, int N,
+                                               const float* d) {
+  const int lane = threadIdx.x % 32, m = row0 + lane / 4, n = col0 + 2 * (lane % 4);
+  store_pair(C, ldc, bias, m, n, M, N, d[0], d[1]);
+  store_pair(C, ldc, bias, m + 8, n, M, N, d[2], d[3]);
+}
+
+}  // namespace KPLAY_NS
