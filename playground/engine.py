@@ -7,6 +7,7 @@ the magic runs the CLI in a child process and calls this module for its cells.
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -76,6 +77,17 @@ def run(req: Request, on_event=events.ignore, sanitize: str | None = None, pool:
         on_event(events.PHASE, phase="pool")
         return client.run(req, pool)
     return sanitizer.run(req, sanitize, on_event) if sanitize else spawn.run(req, on_event)
+
+
+def runs(req: Request, on_event=events.ignore, sanitize: str | None = None, pool: Path | None = None) -> list[dict]:
+    """`kplay run`: its record, then with --variant all and no --dtype one more per dtype the other variants
+    take first (linear's tensor-core steps: bfloat16), each against the baselines in that dtype."""
+    first = run(req, on_event, sanitize, pool)
+    more = [run(dataclasses.replace(req, dtype=d, own_dtypes=False), on_event, sanitize, pool)
+            for d in first.get("other_dtypes", [])]
+    if more:
+        first["other_runs"] = more  # --json prints the first record: the others inside it
+    return [first, *more]
 
 
 def against(path: Path, req: Request) -> dict:

@@ -207,6 +207,17 @@ def test_a_variant_takes_its_own_dtypes_and_check_grades_only_those(kplay, tmp_p
     assert refused.exit_code == 2 and "mysum/cpp takes float64, not float32" in refused.stderr, refused.output
     ran = kplay("run", folder, "--variant", "cpp", "--n", "1000", "--no-bench", "--json")  # its own first dtype
     assert ran.exit_code == 0 and json.loads(ran.stdout)["dtype"] == "float64", ran.output
+    # --variant all and no --dtype: each variant in its own first dtype, a run per dtype (--json: the first
+    # record holds the others); the two runs' tables one after the other
+    toml.write_text(toml.read_text() + '\n[variants.cpp32]\ndevice = "cpu"\nsources = ["sum.cpp"]\ndtypes = ["float32"]\n')
+    both = kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000", "--no-bench", "--json")
+    rec = json.loads(both.stdout)
+    assert both.exit_code == 0 and (rec["dtype"], [v["variant"] for v in rec["variants"]]) == ("float32", ["cpp32"])
+    assert [(r["dtype"], [v["variant"] for v in r["variants"]]) for r in rec["other_runs"]] == [("float64", ["cpp"])]
+    shown = kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000", "--no-bench").stdout
+    assert shown.index("mysum · cpu · float32") < shown.index("mysum · cpu · float64"), shown
+    one = kplay("run", folder, "--variant", "all", "--device", "cpu", "--dtype", "float64", "--no-bench", "--json")
+    assert [v["variant"] for v in json.loads(one.stdout)["variants"]] == ["cpp"] and "other_runs" not in one.stdout
     toml.write_text(toml.read_text().replace('dtypes = ["float64"]', 'dtypes = ["bfloat16"]', 1))
     broken = kplay("list", "--path", tmp_path)
     assert "[variants.cpp] dtypes: 'bfloat16' is not one of the family's (float32, float64)" in broken.stderr
@@ -254,7 +265,8 @@ def test_show_gives_the_starter_unless_solution_and_eject_the_kernel_unless_star
 RUNGS = ["tree", "first-add", "shuffle", "fast"]
 CPU_EXERCISES = ["print_array/cpp", "sum/cpp", "linear/cpp", "lltm/cpp"]
 LINEAR_RUNGS = ["cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled", "cuda-warptile", "cuda-double-buffer",
-                "cuda-tensor-core"]  # cuda-naive is the ladder's first step, no exercise
+                "cuda-tensor-core", "cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized"]
+# cuda-naive is the ladder's first step, no exercise
 BUILT_IN = [f"sum/{r}" for r in RUNGS] + [f"linear/{r}" for r in LINEAR_RUNGS] + ["lltm/cuda", *CPU_EXERCISES]
 
 

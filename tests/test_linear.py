@@ -16,7 +16,9 @@ from playground.run.check import compare
 FAMILY = registry.find("linear")
 spec = specs.module(FAMILY)
 CUDA_VARIANTS = ["cuda-naive", "cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled", "cuda-warptile",
-                 "cuda-double-buffer", "cuda-tensor-core"]  # the ladder, in order
+                 "cuda-double-buffer", "cuda-tensor-core"]  # the ladder, in order: float32 and float64
+HALF_VARIANTS = ["cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized"]  # then 16-bit
+HOPPER = {"cuda-wgmma", "cuda-tma", "cuda-warp-specialized"}  # built for sm_90a alone
 
 # (batch, in, out): 1s, primes, not multiples of the 128-wide tiles nor of the 4-wide vector loads.
 SHAPES = [(1, 17, 1023), (17, 1023, 1), (1023, 1, 17), (1000, 1000, 1023), (4, 3, 5), (130, 260, 129)]
@@ -285,10 +287,11 @@ def test_gradient_checks_fail_wrong_backward(bug, names):
 def test_ls_shows_the_climb_each_step_opening_with_its_idea_and_no_measurements():
     """`ls` lists the steps in order under their variants' names; each file's first two lines are its one idea
     (naming its step and variant) and what changed from the step before; figures belong in the README."""
-    steps = sorted(p.name for p in FAMILY.path.glob("[0-9]_*.cu"))
-    assert steps == [f"{k}_{v.removeprefix('cuda-').replace('-', '_')}.cu" for k, v in enumerate(CUDA_VARIANTS, 1)]
+    steps = sorted((p.name for p in FAMILY.path.glob("[0-9]*_*.cu")), key=lambda name: int(name.split("_")[0]))
+    ladder = CUDA_VARIANTS + HALF_VARIANTS
+    assert steps == [f"{k}_{v.removeprefix('cuda-').replace('-', '_')}.cu" for k, v in enumerate(ladder, 1)]
     measured = re.compile(r"H100|H200|A100|A6000|[TG]FLOP|GB/s|\d ?(ms|us|ns)\b|\d\.\d+x\b")
-    for k, (name, variant) in enumerate(zip(steps, CUDA_VARIANTS), 1):
+    for k, (name, variant) in enumerate(zip(steps, ladder), 1):
         lines = (FAMILY.path / name).read_text().splitlines()
         assert lines[0].startswith(f"// Step {k} of the matmul ladder ({variant}): "), lines[0]
         assert lines[1].startswith("// From step " if k > 1 else "// ") and len(lines[1]) > 20, lines[1]
@@ -445,12 +448,12 @@ def test_a_folder_ejected_from_before_the_move_says_in_one_line_how_to_start_aga
 # CUDA: the sources compile on any machine with nvcc (no GPU: for sm_90); correctness needs a GPU.
 @pytest.mark.nvcc
 @pytest.mark.parametrize("variant, params", [
-    *(pytest.param(v, {}, marks=pytest.mark.slow) for v in CUDA_VARIANTS),  # -m "not slow": test_sum_cuda's nvcc
+    *(pytest.param(v, {}, marks=pytest.mark.slow) for v in CUDA_VARIANTS + HALF_VARIANTS),  # sm_90a: its own arch
     pytest.param("cuda-smem", {"tile": 16}, marks=pytest.mark.slow),
     pytest.param("cuda-1d", {"block": 32, "block_k": 16, "thread_m": 4}, marks=pytest.mark.slow),
     pytest.param("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}, marks=pytest.mark.slow),
     pytest.param("cuda-warptile", {"warp_n": 32, "block_k": 8, "thread_n": 8}, marks=pytest.mark.slow),
-], ids=[*(v.removeprefix("cuda-") for v in CUDA_VARIANTS), "smem-16", "1d-32", "tiled-64x64", "warptile-64x32"])
+], ids=[*(v.removeprefix("cuda-") for v in CUDA_VARIANTS + HALF_VARIANTS), "smem-16", "1d-32", "tiled-64x64", "warptile-64x32"])
 def test_cuda_sources_compile(variant, params):
     ops = playground.load("linear", variant=variant, device="cuda", params=params)
     assert hasattr(ops, "linear_forward") and hasattr(ops, "linear_backward")
@@ -536,3 +539,83 @@ def test_cpp_in_half_precision_passes_and_a_cuda_step_refuses_it(kplay, dtype):
     assert check["ok"] and 0 < check["max_abs_err"] <= check["tolerance"], check
     refused = kplay("run", "linear", "--variant", "cuda-naive", "--dtype", dtype, "--device", "cuda")
     assert refused.exit_code == 2 and f"linear/cuda-naive takes float32, float64, not {dtype}" in refused.stderr
+
+
+# The tensor-core steps: bfloat16 and float16 inputs, float32 sums, against float64 F.linear with the half
+# tolerance (the float32 bound plus one ulp of the output). The Hopper steps need compute capability 9.0.
+def test_a_tensor_core_step_takes_16_bit_dtypes_and_check_grades_them(kplay):
+    from playground.workshop import exercise
+
+    assert exercise.graded(FAMILY, FAMILY.variants["cuda-mma"]) == ["bfloat16", "float16"]
+    assert exercise.graded(FAMILY, FAMILY.variants["cpp"]) == ["float32", "float64"]
+    assert {FAMILY.variants[v].arch for v in HOPPER} == {"9.0a"}
+    refused = kplay("run", "linear", "--variant", "cuda-wgmma", "--dtype", "float32", "--device", "cuda")
+    assert refused.exit_code == 2 and "linear/cuda-wgmma takes bfloat16, float16, not float32" in refused.stderr
+
+
+def half_ops(variant):
+    major, minor = torch.cuda.get_device_capability()
+    if variant in HOPPER and (major, minor) != (9, 0):
+        pytest.skip(f"{variant} is built for sm_90a; this GPU is sm_{major}{minor}")
+    return playground.load("linear", variant=variant, device="cuda")
+
+
+HALF_SHAPES = [(1, 1, 1), (4097, 33, 65), (64, 4096, 64), (1, 17, 1023), (1023, 1, 17), (130, 260, 129),
+               (256, 255, 257), (300, 128, 512)]  # (batch, in, out): partial tiles, k under 8 and not a multiple
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", HALF_VARIANTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_tensor_core_steps_match_F_linear_forward_and_backward(variant, dtype):
+    ops = half_ops(variant)
+    for shape in HALF_SHAPES:
+        x, w, b, gy = seeded(shape, dtype, "cuda")
+        assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy) == [], (variant, shape)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", HALF_VARIANTS)
+def test_tensor_core_steps_take_misaligned_and_strided_inputs(variant):
+    """A base 2 bytes past 16, a transposed weight, a strided bias: the binding pads a copy to 16-byte rows."""
+    ops = half_ops(variant)
+    batch, fan_in, fan_out = 129, 260, 131
+    x = torch.randn(batch * fan_in + 1, device="cuda", dtype=torch.bfloat16)[1:].view(batch, fan_in)
+    w = torch.randn(fan_in, fan_out, device="cuda", dtype=torch.bfloat16).t()
+    b = torch.randn(2 * fan_out, device="cuda", dtype=torch.bfloat16)[::2]
+    ref = F.linear(x.double(), w.double(), b.double())
+    tol = spec.product_tolerance(x, w, torch.bfloat16, b)
+    assert (spec.linear(ops, x, w, b).double() - ref).abs().max().item() <= tol
+
+
+@pytest.mark.cuda
+def test_run_all_times_each_step_in_its_own_dtype(kplay):
+    """--variant all and no --dtype: the float32 ladder, then the tensor-core steps in bfloat16 against F.linear
+    in bfloat16; the Hopper steps only on Hopper (else a warning each)."""
+    result = kplay("run", "linear", "--device", "cuda", "--variant", "all", "--batch", "256", "--in", "320",
+                   "--out", "384", "--json")
+    rec = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    assert rec["dtype"] == "float32" and [v["variant"] for v in rec["variants"]] == CUDA_VARIANTS
+    (half,) = rec["other_runs"]
+    on_hopper = torch.cuda.get_device_capability() == (9, 0)
+    ran = [v for v in HALF_VARIANTS if on_hopper or v not in HOPPER]
+    assert half["dtype"] == "bfloat16" and [v["variant"] for v in half["variants"]] == ran
+    assert all(v["gflops"] > 0 for v in half["variants"]) and half["baselines"]["F.linear"]["gflops"] > 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", HALF_VARIANTS)
+def test_tensor_core_steps_are_clean_under_memcheck_and_racecheck(kplay, variant):
+    half_ops(variant)
+    for tool in ("memcheck", "racecheck"):
+        result = kplay("run", "linear", "--variant", variant, "--batch", "33", "--in", "65", "--out", "129",
+                       "--sanitize", tool)
+        assert result.exit_code == 0 and "clean" in result.stdout, (tool, result.output)
+
+
+@pytest.mark.cuda
+def test_the_wgmma_step_shows_hgmma_under_its_source_lines(kplay):
+    half_ops("cuda-wgmma")
+    result = kplay("show", "linear", "--variant", "cuda-wgmma", "--sass", "--solution")
+    assert result.exit_code == 0 and "HGMMA" in result.stdout, result.output[-2000:]

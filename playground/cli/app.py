@@ -244,15 +244,15 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
                          options=family_options(ctx))
     before = engine.against(against, req) if against else None
     with spinner(err) as on_event:
-        result = engine.run(req, on_event, sanitize, pool)
-    show_run(result, json_, sanitize, verbose, before, explain)
-    raise typer.Exit(result["exit_code"])
+        results = engine.runs(req, on_event, sanitize, pool)  # several: --variant all over the variants' dtypes
+    for k, result in enumerate(results[:1] if json_ else results):  # --json: the first holds the others
+        show_run(result, json_, sanitize, verbose, before if k == 0 else None, explain)
+    raise typer.Exit(max(r["exit_code"] for r in results))
 
 
 def show_run(result: dict, json_: bool, sanitize: str | None = None, verbose: bool = False, before: dict | None = None,
              explain: bool = False) -> None:
-    """The run's table (a run the sanitizer's finding ended has none), then what the sanitizer found, or the
-    comparison with an earlier run."""
+    """The run's table (none where a sanitizer's finding ended it), then what it found, or --against's table."""
     if json_:
         compared = {"against": engine.compare.record(before, result)} if before and "variants" in result else {}
         return print(json.dumps(result | compared, indent=2))

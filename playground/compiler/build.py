@@ -165,15 +165,24 @@ def arch_list(variant: Variant) -> str:
     return variant.arch or os.environ.get("TORCH_CUDA_ARCH_LIST", "")
 
 
-def runs_here(family: Family, variant: Variant) -> None:
-    """A variant built for one arch runs only on a GPU of that compute capability: else one line, before a build."""
+def other_arch(variant: Variant) -> str | None:
+    """This GPU, as sm_XY, where the variant is built for another one's arch alone; else None."""
     import torch
 
     if variant.arch and variant.device == "cuda" and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
         if f"{major}.{minor}" != variant.arch.rstrip("a"):
-            raise UsageError(f"{family.name}/{variant.name} is built for sm_{variant.arch.replace('.', '')} only; "
-                             f"this GPU ({torch.cuda.get_device_name()}) is sm_{major}{minor}")
+            return f"sm_{major}{minor}"
+    return None
+
+
+def runs_here(family: Family, variant: Variant) -> None:
+    """A variant built for one arch runs only on a GPU of that compute capability: else one line, before a build."""
+    import torch
+
+    if here := other_arch(variant):
+        raise UsageError(f"{family.name}/{variant.name} is built for sm_{variant.arch.replace('.', '')} only; "
+                         f"this GPU ({torch.cuda.get_device_name()}) is {here}")
 
 
 def gencode(archs: str) -> list[str]:

@@ -181,6 +181,7 @@ class RunResult:
     lease: dict = field(default_factory=dict)  # device, waited_s, timed_from, timed_to (epoch s): the timed phase
     not_timed: list[str] = field(default_factory=list)  # the variants left out of a timing: they failed the check
     neighbours: dict = field(default_factory=dict)  # who else used the device while timing (neighbours.Seen)
+    other_dtypes: list[str] = field(default_factory=list)  # --variant all, no --dtype: the other variants' own dtypes
 
     @property
     def ok(self) -> bool:

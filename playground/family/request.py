@@ -52,6 +52,7 @@ class Request:
     mode: str = "run"  # run; profile (torch.profiler around one call); nvtx (that call in an NVTX range, for ncu)
     read_only: bool = True  # on the CPU, the checked inputs are read-only (a write faults); off for a rerun
     test_sizes: tuple | None = None  # checked before the requested size (None: the family's own)
+    own_dtypes: bool = False  # --variant all with no --dtype: a variant that lacks this dtype runs next in its own
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -101,6 +102,7 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
     if device not in DEVICES:
         raise UsageError(f"--device {device}: valid: {', '.join(DEVICES)}")
     named = fam.variants.get(variant)  # one named outright: its own first dtype by default, and it must take it
+    given = dtype is not None
     dtype = _dtype(fam, dtype or (fam.dtypes_of(named)[0] if named else None))
     if named:
         fam.takes(named, dtype)
@@ -117,7 +119,7 @@ def make(name: str, *, device: str = "auto", variant: str | None = None, dtype: 
     _baselines(fam, baselines, skip_baselines)
     return Request(fam.name, str(fam.path), device, variant, dtype, seed, full, values, bench,
                    tuple(baselines), tuple(skip_baselines), one_baseline, timeout, budget_s, tuple(warnings),
-                   tuple(p.partition("=")[0] for p in pairs), lineinfo, mode)
+                   tuple(p.partition("=")[0] for p in pairs), lineinfo, mode, own_dtypes=variant == "all" and not given)
 
 
 def candidates(fam: registry.Family, device: str, variant: str | None) -> list[registry.Variant]:

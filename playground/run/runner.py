@@ -8,7 +8,7 @@ import time
 
 from ..compiler import kernel_resources as resources
 from ..compiler import remarks
-from ..compiler.build import build
+from ..compiler.build import build, other_arch
 from ..compiler.toolchain import folder
 from ..core import events
 from ..core.errors import KernelCrash, UsageError
@@ -42,6 +42,27 @@ def chosen_baselines(spec: specs.Spec, req: requests.Request) -> dict:
     return {n: spec.baselines[n] for n in names}
 
 
+def runnable(fam, device: str, req: requests.Request) -> tuple[list, list[str]]:
+    """The variants the run takes, and a warning for each of 'all' built for another GPU's arch alone (a named
+    one is refused in one line, at its build)."""
+    chosen = fam.pick_variants(device, req.variant, req.dtype)
+    if req.variant != "all":
+        return chosen, []
+    away = {v.name: here for v in chosen if (here := other_arch(v))}
+    skipped = [f"{name}: not run, built for sm_{fam.variants[name].arch.replace('.', '')} alone (this GPU is {here})"
+               for name, here in away.items()]
+    return [v for v in chosen if v.name not in away] or chosen, skipped
+
+
+def other_dtypes(fam, device: str, req: requests.Request) -> list[str]:
+    """--variant all with no --dtype: the own first dtypes of the device's variants that lack this run's, each
+    a run of its own after this one (linear: the float32 ladder, then the bfloat16 tensor-core steps)."""
+    if not req.own_dtypes:
+        return []
+    firsts = [fam.dtypes_of(v)[0] for v in fam.variants_for(device) if req.dtype not in fam.dtypes_of(v)]
+    return list(dict.fromkeys(firsts))
+
+
 def build_all(fam, chosen: list, params: dict, on_event=events.ignore) -> dict:
     """{variant: (ops, BuildInfo)}, each build's loops read from its compiler's output."""
     built = {}
@@ -60,7 +81,10 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     spec = specs.load(fam)
     baselines = chosen_baselines(spec, req)
     device = resolve_device(req.device, fam, req.variant)
-    chosen = fam.pick_variants(device, req.variant, req.dtype)
+    here = fam.variants_for(device)
+    if req.own_dtypes and here and not any(req.dtype in fam.dtypes_of(v) for v in here):
+        req = dataclasses.replace(req, dtype=fam.dtypes_of(here[0])[0])  # none takes the family's first dtype
+    chosen, skipped = runnable(fam, device, req)
     key = lease.of(device)
     waiting = lambda: on_event(events.WAIT, device=key)  # noqa: E731
     with lease.held(key, exclusive=False, on_wait=waiting) as waited_first:
@@ -69,7 +93,7 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
         taken = {*used, *(k for c in chosen for k in c.params)}  # a variant's own: in its VariantResult
         unused = [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in taken]
         result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
-                           warnings=[*req.warnings, *unused])
+                           warnings=[*req.warnings, *unused, *skipped], other_dtypes=other_dtypes(fam, device, req))
         dtype = getattr(torch, req.dtype)
         main = make_inputs(spec, req.sizes, dtype, device, req.seed, main_distribution(fam))
         _check_all(spec, fam, req, result, built, main, dtype, on_event)

@@ -3,10 +3,10 @@
 //
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. On Hopper, mma.sync
 // (steps 8-10) reaches about two thirds of the tensor cores: each warp must first move its fragments from
-// shared memory into registers (ldmatrix), and those loads compete with the multiplies for issue slots. wgmma
-// is issued by a warpgroup (4 consecutive warps, 128 threads) and reads A and B from shared memory itself,
+// shared memory into registers (ldmatrix), and those loads compete with the multiplies for the schedulers. wgmma
+// is started by a warpgroup (4 consecutive warps, 128 threads) and reads A and B from shared memory itself,
 // through a 64-bit descriptor per operand (hopper.cuh's smem_descriptor: where the tile starts, how its rows
-// are laid out). One wgmma m64n128k16 is 131,072 multiply-adds, and it is asynchronous: the warpgroup issues
+// are laid out). One wgmma m64n128k16 is 131,072 multiply-adds, and it is asynchronous: the warpgroup starts
 // it, then commits and waits for the group, as cp.async does.
 //
 // A block of 2 warpgroups computes a 128 x 128 tile of C, each a 64 x 128 piece (64 float32 sums per thread).
@@ -52,10 +52,9 @@ matmul_nt_wgmma(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, i
     cp_async_commit();
     const T* As = stages + step % STAGES * STAGE + group * 64 * BK;  // this warpgroup's 64 rows of A
     const T* Bs = stages + step % STAGES * STAGE + BM * BK;
-    // kplay:todo wgmma_fence(), then for each kk of the stage (16 at a time) one wgmma_m64k16<BN, T> on the
-    // kplay:todo descriptors of As + kk and Bs + kk; commit the group and wait for it.
-    // kplay:why The descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle.
-    // kplay:why The wait (no group pending) lets the next loop's sync free this stage.
+    // kplay:todo wgmma_fence(); per kk (16 at a time) wgmma_m64k16<BN, T> on As + kk, Bs + kk descriptors; commit, wait
+    // kplay:why A descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle. The
+    // kplay:why wait (no group pending) lets the next loop's sync free this stage.
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);

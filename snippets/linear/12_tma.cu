@@ -1,12 +1,12 @@
-// Step 12 of the matmul ladder (cuda-tma): the tiles moved by the copy engine (TMA), each stage completing on
-// an mbarrier. From step 11: one thread issues a whole tile's copy; a wider tile. Built for sm_90a only.
+// Step 12 of the matmul ladder (cuda-tma): the copy engine (TMA) moves whole tiles, completing on mbarriers.
+// From step 11: one thread starts a tile's copy, the warps wait on its barrier; a wider tile. sm_90a only.
 //
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. In step 11 every thread
-// computes addresses and issues 16-byte cp.async copies: instructions the warps spend beside the multiplies.
+// computes addresses and starts 16-byte cp.async copies: instructions the warps spend beside the multiplies.
 // The Tensor Memory Accelerator copies a whole box of a matrix (64 values x up to 256 rows) from a tensor map
 // (made once on the host: the matrix's base, sizes, row stride, the box and its swizzle), fills rows and
 // columns past the matrix with zeros, and counts the bytes it delivers on an mbarrier in shared memory. One
-// thread says how many bytes a stage expects (arrive.expect_tx) and issues its two copies; the warpgroups wait
+// thread says how many bytes a stage expects (arrive.expect_tx) and starts its two copies; the warpgroups wait
 // on the stage's barrier, for the phase its use is in (parity 0, 1, 0, ...).
 //
 // With the loads off the warps' hands, the block's tile grows to 128 x 256: two warpgroups each multiply

@@ -1,11 +1,11 @@
-// Step 13 of the matmul ladder (cuda-warp-specialized): a producer warpgroup and two consumers, on a persistent
-// grid. From step 12: roles in place of one loop for all, a stage freed when it is used, tiles that follow
-// each other through one block. Built for sm_90a only.
+// Step 13 of the matmul ladder (cuda-warp-specialized): a producer warpgroup, two consumers, a persistent grid.
+// From step 12: roles in place of one loop for all, a stage freed once it is used, tile after tile per block.
+// Built for sm_90a only.
 //
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. In step 12 every warp
 // waits at a __syncthreads each step before the next copy may start, and the tensor cores idle while a block
 // stores its tile and the next block starts. Here warpgroup 0 only copies: one of its threads walks the
-// stages, waits until a stage is empty (its `empty` barrier), and issues its TMA copies; warpgroups 1 and 2
+// stages, waits until a stage is empty (its `empty` barrier), and starts its TMA copies; warpgroups 1 and 2
 // only multiply: each waits until a stage is full, multiplies, and arrives on its empty barrier. Nobody waits
 // for anyone else's step. The producer gives up registers it does not need (setmaxnreg.dec to 40), the
 // consumers take them (to 232) for their 128 sums and the addresses around them.
@@ -51,9 +51,9 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
     for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
       const int2 at = tile_origin(tile, tiles_m, tiles_n);
       for (int step = 0; step < steps; ++step, ++use) {
-        // kplay:todo Wait until stage use % STAGES is empty (not in its first round), then fill it: expect
-        // kplay:todo STAGE_BYTES on its full barrier and issue A's and B's copies of this step.
-        // kplay:why Round r of a stage waits for the consumers' (r - 1)th release: parity (r - 1) % 2.
+        // kplay:todo Wait until stage use % STAGES is empty, then expect STAGE_BYTES on its full barrier, copy A and B.
+        // kplay:why Round r of a stage (use / STAGES) waits for the consumers' release in round r - 1: parity
+        // kplay:why (r - 1) % 2; round 0 finds every stage empty.
         const int s = use % STAGES, round = use / STAGES;
         if (round > 0) mbarrier_wait(&empty[s], (round - 1) % 2);
         mbarrier_arrive_expect(&full[s], STAGE_BYTES);

@@ -96,7 +96,7 @@ const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bi
                    int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
   if (M > INT32_MAX - BM || N > INT32_MAX - BN || K > INT32_MAX - BK) return "linear: a dimension exceeds 2^31 - 129";
-  if (compute_capability() < 80) return "linear: cuda-mma needs mma.sync with bfloat16, compute capability 8.0 or newer";
+  if (compute_capability() < 80) return "linear: cuda-mma needs mma.sync with bfloat16, compute capability 8.0+";
   if ((M + BM - 1) / BM > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
   const dim3 blocks(unsigned((N + BN - 1) / BN), unsigned((M + BM - 1) / BM));
   matmul_nt_mma<T><<<blocks, THREADS, 0, stream>>>(A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K));

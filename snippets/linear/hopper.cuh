@@ -149,7 +149,7 @@ const char* tensor_map(CUtensorMap* map, const T* P, int64_t rows, int64_t cols,
 
 // ---- cuda-warp-specialized: registers moved between warpgroups ------------------------------------------
 
-// The warpgroup gives back registers down to N per thread (a producer, which only issues copies) or takes
+// The warpgroup gives back registers down to N per thread (a producer, which only starts copies) or takes
 // them up to N (a consumer, holding accumulators). Needs __launch_bounds__(threads, 1).
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
