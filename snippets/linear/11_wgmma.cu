@@ -33,8 +33,7 @@ matmul_nt_wgmma(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, i
                 const T* __restrict__ bias, T* __restrict__ C, int64_t ldc, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem[];
-  // The swizzle's pattern repeats every 1,024 bytes, and wgmma assumes each tile starts on one.
-  T* stages = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem) + 1023) / 1024 * 1024);
+  T* stages = tiles_start<T>(smem);  // 1,024-byte aligned: the swizzle's period
   const int group = threadIdx.x / 128, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, steps = (K + BK - 1) / BK;
   float d[BN / 2] = {};  // this thread's sums: 64 x 128 per warpgroup over 128 threads
 
@@ -55,6 +54,7 @@ matmul_nt_wgmma(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, i
     // kplay:todo wgmma_fence(); per kk (16 at a time) wgmma_m64k16<BN, T> on As + kk, Bs + kk descriptors; commit, wait
     // kplay:why A descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle. The
     // kplay:why wait (no group pending) lets the next loop's sync free this stage.
+    fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);

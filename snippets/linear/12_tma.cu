@@ -27,7 +27,7 @@ matmul_nt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__
               const T* __restrict__ bias, T* __restrict__ C, int64_t ldc, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem[];
-  T* stages = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem) + 1023) / 1024 * 1024);
+  T* stages = tiles_start<T>(smem);  // 1,024-byte aligned: the swizzle's period
   __shared__ alignas(8) uint64_t full[STAGES];  // a stage's copies have landed
   const int group = threadIdx.x / 128, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, steps = (K + BK - 1) / BK;
   auto fetch = [&](int step) {  // one thread: the stage's expected bytes, then its two copies
@@ -51,8 +51,10 @@ matmul_nt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__
     if (threadIdx.x == 0 && step + STAGES - 1 < steps) fetch(step + STAGES - 1);
     mbarrier_wait(&full[step % STAGES], step / STAGES % 2);
     // kplay:end
+    __syncwarp();  // the lanes leave the wait's loop apart: wgmma's .aligned wants the warp whole
     const T* As = stages + step % STAGES * STAGE + group * 64 * BK;
     const T* Bs = stages + step % STAGES * STAGE + BM * BK;
+    fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);

@@ -35,7 +35,7 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
                            const T* __restrict__ bias, T* __restrict__ C, int64_t ldc, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem[];
-  T* stages = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem) + 1023) / 1024 * 1024);
+  T* stages = tiles_start<T>(smem);  // 1,024-byte aligned: the swizzle's period
   __shared__ alignas(8) uint64_t full[STAGES], empty[STAGES];
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, steps = (K + BK - 1) / BK;
   if (threadIdx.x == 0) {
@@ -73,9 +73,11 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
     for (int step = 0; step < steps; ++step, ++use) {
       const int s = use % STAGES;
       mbarrier_wait(&full[s], use / STAGES % 2);
+      __syncwarp();  // the lanes leave the wait's loop apart: wgmma's .aligned wants the warp whole
       const T* As = stages + s * STAGE + group * 64 * BK;
       const T* Bs = stages + s * STAGE + BM * BK;
-      wgmma_fence();
+      fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
+    wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
         wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);

@@ -11,6 +11,13 @@ namespace KPLAY_NS {
 
 // ---- cuda-wgmma: a warpgroup's multiply, its operands in shared memory -----------------------------------
 
+// The first 1,024-byte boundary of dynamic shared memory, where the tiles start: the swizzle's pattern repeats
+// every 1,024 bytes, and wgmma and TMA assume a tile starts on one (counted in the shared window's addresses).
+template <typename T>
+__device__ __forceinline__ T* tiles_start(unsigned char* smem) {
+  return reinterpret_cast<T*>(smem + (1024 - smem_address(smem) % 1024) % 1024);
+}
+
 // A K-major tile of 128-byte rows in the 128-byte swizzle (tensor.cuh's `swizzled`), 1,024-byte aligned, as
 // wgmma reads it: the start address, the stride from one 8-row group to the next (1,024 bytes), the swizzle
 // mode (1: 128 bytes). The leading offset is unused in this layout (1 by convention). Advancing along k
