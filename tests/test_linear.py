@@ -525,7 +525,7 @@ def test_cuda_tiled_other_tiles(params):
 def test_cuda_api_run_all_variants():
     r = playground.run("linear", sizes={"batch": 512, "in": 384, "out": 640}, device="cuda", variant="all",
                        budget_s=0.05)
-    assert r.ok and [v.variant for v in r.variants] == CUDA_VARIANTS
+    assert r.ok and [v.variant for v in r.variants] == CUDA_VARIANTS + ["cuda-pipeline"]  # it takes float32 as TF32
     assert all(v.gflops > 0 for v in r.variants) and r.baselines["F.linear"].gflops > 0
 
 
@@ -547,6 +547,7 @@ def test_a_tensor_core_step_takes_16_bit_dtypes_and_check_grades_them(kplay):
     from playground.workshop import exercise
 
     assert exercise.graded(FAMILY, FAMILY.variants["cuda-mma"]) == ["bfloat16", "float16"]
+    assert exercise.graded(FAMILY, FAMILY.variants["cuda-pipeline"]) == ["bfloat16", "float16", "float32"]
     assert exercise.graded(FAMILY, FAMILY.variants["cpp"]) == ["float32", "float64"]
     assert {FAMILY.variants[v].arch for v in HOPPER} == {"9.0a"}
     refused = kplay("run", "linear", "--variant", "cuda-wgmma", "--dtype", "float32", "--device", "cuda")
@@ -575,6 +576,20 @@ def test_tensor_core_steps_match_F_linear_forward_and_backward(variant, dtype):
 
 
 @pytest.mark.cuda
+def test_the_pipeline_step_takes_float32_as_tf32():
+    """mma.sync m16n8k8 on float32 rounded to TF32, within the TF32 tolerance; k not a multiple of 4 and a
+    misaligned base take the value-by-value copy."""
+    ops = half_ops("cuda-pipeline")
+    for shape in HALF_SHAPES:
+        x, w, b, gy = seeded(shape, torch.float32, "cuda")
+        assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy, "tf32") == [], shape
+    x = torch.randn(129 * 261 + 1, device="cuda")[1:].view(129, 261)
+    w, b = torch.randn(131, 261, device="cuda"), torch.randn(131, device="cuda")
+    tol = spec.product_tolerance(x, w, torch.float32, b, tf32=True)
+    assert (spec.linear(ops, x, w, b).double() - F.linear(x.double(), w.double(), b.double())).abs().max() <= tol
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("variant", HALF_VARIANTS)
 def test_tensor_core_steps_take_misaligned_and_strided_inputs(variant):
     """A base 2 bytes past 16, a transposed weight, a strided bias: the binding pads a copy to 16-byte rows."""
@@ -596,7 +611,7 @@ def test_run_all_times_each_step_in_its_own_dtype(kplay):
                    "--out", "384", "--json")
     rec = json.loads(result.stdout)
     assert result.exit_code == 0, result.output
-    assert rec["dtype"] == "float32" and [v["variant"] for v in rec["variants"]] == CUDA_VARIANTS
+    assert rec["dtype"] == "float32" and [v["variant"] for v in rec["variants"]] == CUDA_VARIANTS + ["cuda-pipeline"]
     (half,) = rec["other_runs"]
     on_hopper = torch.cuda.get_device_capability() == (9, 0)
     ran = [v for v in HALF_VARIANTS if on_hopper or v not in HOPPER]

@@ -142,7 +142,7 @@ class Family:
     values: dict = field(default_factory=dict)  # [values]: the input given as a list; its length sets `size`
     baselines: tuple[str, ...] = ()  # what spec.py times the kernel against, by name: checked before torch loads
     exercise: bool | dict = False  # true: show and eject give the starter; a table: a folder kplay start wrote
-    grade_dtypes: tuple[str, ...] = ()  # what kplay check grades (empty: every dtype)
+    grade_dtypes: tuple[str, ...] = ()  # what kplay check grades of a variant with no dtypes of its own (empty: all)
     sanitize_sizes: tuple[dict, ...] = ()  # small sizes kplay check runs memcheck and racecheck at (empty: test_sizes)
     forms: tuple[str, ...] = ()  # FORMS the op takes: the check runs the requested size in each
     distributions: tuple[str, ...] = ()  # data.DISTRIBUTIONS its data is drawn from (none: as spec.py makes it)

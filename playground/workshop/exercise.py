@@ -95,10 +95,10 @@ def _compiles(starter: registry.Family, variant: registry.Variant, params: dict,
 
 
 def graded(fam: registry.Family, variant: registry.Variant) -> list[str]:
-    """The dtypes `check` grades: those of the family's `grade_dtypes` (default: all of its dtypes) the variant
-    takes, or every one it takes where it takes none of those; its first dtype first (that one's time ranks)."""
+    """The dtypes `check` grades: every one a variant declares (its own `dtypes`), else the family's
+    `grade_dtypes` (default: all of its dtypes); its first dtype first (that one's time ranks)."""
     takes = fam.dtypes_of(variant)
-    chosen = [d for d in fam.grade_dtypes or fam.dtypes if d in takes] or list(takes)
+    chosen = variant.dtypes or [d for d in fam.grade_dtypes or fam.dtypes if d in takes]
     return sorted(chosen, key=lambda d: d != takes[0])
 
 

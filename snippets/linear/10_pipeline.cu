@@ -5,35 +5,67 @@
 // tile: load, sync, multiply, sync. Here cp.async copies global -> shared on its own (no register holds the
 // values on the way) and a thread may have several groups of copies in flight: while the warps multiply the
 // tiles of step k, those of k + 1 and k + 2 are arriving in two more copies of shared memory (STAGES = 3).
-// The tiles hold 64 values a row, 128 bytes, with no padding: chunk c of row r is stored at chunk c ^ (r % 8)
-// (tensor.cuh's `swizzled`), so the 8 rows an ldmatrix phase reads still hit all 32 banks. It is the layout
-// wgmma and TMA read (steps 11-13), and padding would not fit it.
+// A tile row is 128 bytes with no padding: chunk c of row r is stored at chunk c ^ (r % 8) (tensor.cuh's
+// `swizzled`), so the 8 rows an ldmatrix phase reads still hit all 32 banks. It is the layout wgmma and TMA
+// read (steps 11-13), and padding would not fit it.
 //
-// The block's 8 warps and their tiles are step 9's: 128 x 128 of C per block, 64 x 32 per warp.
-#include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, copy_tile_async, swizzled, store_fragment
+// float32 runs here too, as TF32 (other arithmetic: task.toml's math = "tf32"): mma.sync m16n8k8, its
+// fragments loaded by the same ldmatrix, rounded to TF32 in registers. A row then holds 32 values, not 64,
+// and every address below counts 16-byte chunks, the same for both. The block's 8 warps and their tiles are
+// step 9's: 128 x 128 of C per block, 64 x 32 per warp.
+#define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
+#include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, mma_1688_tf32, copy_tile_async, store_fragment
 
 namespace KPLAY_NS {
 
-constexpr int BM = 128, BN = 128, BK = 64, STAGES = 3;  // k per stage: one 128-byte row
+constexpr int BM = 128, BN = 128, STAGES = 3, CHUNKS = 8;  // CHUNKS: 16-byte chunks of a tile row, 128 bytes
 constexpr int WARPS_M = 2, WARPS_N = 4, THREADS = 32 * WARPS_M * WARPS_N;
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
-constexpr int STAGE = (BM + BN) * BK;          // values in one stage: A's tile, then B's
+constexpr int STAGE = (BM + BN) * CHUNKS;  // chunks in one stage: A's tile, then B's (32 KB)
 
 // This thread's pieces of the tiles of step k0 into stage s: A's tile, then B's.
 template <typename T>
-__device__ __forceinline__ void copy_stage(T* s, const T* A, int64_t lda, const T* B, int64_t ldb, int m0, int n0,
-                                           int k0, int M, int N, int K) {
-  copy_tile_async<BM, THREADS>(s, A, lda, m0, k0, M, K, threadIdx.x);
-  copy_tile_async<BN, THREADS>(s + BM * BK, B, ldb, n0, k0, N, K, threadIdx.x);
+__device__ __forceinline__ void copy_stage(uint4* s, const T* A, int64_t lda, const T* B, int64_t ldb, int m0, int n0,
+                                           int k0, int M, int N, int K, bool vec) {
+  copy_tile_async<BM, THREADS>(s, A, lda, m0, k0, M, K, threadIdx.x, vec);
+  copy_tile_async<BN, THREADS>(s + BM * CHUNKS, B, ldb, n0, k0, N, K, threadIdx.x, vec);
+}
+
+// One k-step of the warp's tiles, chunks kc and kc + 1 of each row: k16 of 16-bit values, k8 of TF32.
+template <typename T>
+__device__ __forceinline__ void multiply(float (&acc)[MI][NI][4], const uint4* As, const uint4* Bs, int kc, int wm,
+                                         int wn, int lane) {
+  uint32_t af[MI][4], bf[NI][2];
+#pragma unroll
+  for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], As + swizzled(wm + i * 16 + lane % 16, kc + lane / 16));
+#pragma unroll
+  for (int j = 0; j < NI; j += 2) {
+    uint32_t r[4];
+    ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kc + lane / 8 % 2));
+    bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
+  }
+#pragma unroll
+  for (int i = 0; i < MI; ++i) {
+#pragma unroll
+    for (int j = 0; j < NI; ++j) {
+      if constexpr (std::is_same_v<T, float>) {
+        const uint32_t a[4] = {tf32(af[i][0]), tf32(af[i][1]), tf32(af[i][2]), tf32(af[i][3])};
+        const uint32_t b[2] = {tf32(bf[j][0]), tf32(bf[j][1])};
+        mma_1688_tf32(acc[i][j], a, b);
+      } else {
+        mma_16816<T>(acc[i][j], af[i], bf[j]);
+      }
+    }
+  }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
 matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, int64_t ldb,
-                   const T* __restrict__ bias, T* __restrict__ C, int64_t ldc, int M, int N, int K) {
+                   const T* __restrict__ bias, T* __restrict__ C, int64_t ldc, int M, int N, int K, bool vec) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  extern __shared__ __align__(1024) unsigned char smem[];
-  T* stages = reinterpret_cast<T*>(smem);
+  extern __shared__ __align__(1024) uint4 stages[];
+  constexpr int BK = CHUNKS * 16 / sizeof(T);  // k per stage: 64 16-bit values, 32 floats
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, steps = (K + BK - 1) / BK;
@@ -43,7 +75,7 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
   // so that "all but STAGES - 2 groups done" always means "this step's tiles are here").
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < steps) copy_stage(stages + s * STAGE, A, lda, B, ldb, m0, n0, s * BK, M, N, K);
+    if (s < steps) copy_stage(stages + s * STAGE, A, lda, B, ldb, m0, n0, s * BK, M, N, K, vec);
     cp_async_commit();
   }
   for (int step = 0; step < steps; ++step) {
@@ -53,30 +85,12 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
     cp_async_wait<STAGES - 2>();  // this thread's copies of `step` have landed
     __syncthreads();              // everyone's have; and everyone is done with the stage reused below
     const int next = step + STAGES - 1;
-    if (next < steps) copy_stage(stages + next % STAGES * STAGE, A, lda, B, ldb, m0, n0, next * BK, M, N, K);
+    if (next < steps) copy_stage(stages + next % STAGES * STAGE, A, lda, B, ldb, m0, n0, next * BK, M, N, K, vec);
     cp_async_commit();
     // kplay:end
-    const T* As = stages + step % STAGES * STAGE;
-    const T* Bs = As + BM * BK;
+    const uint4* As = stages + step % STAGES * STAGE;
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[MI][4], bf[NI][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        ldmatrix_x4(af[i], As + swizzled(wm + i * 16 + lane % 16, kk + lane / 16 * 8));
-      }
-#pragma unroll
-      for (int j = 0; j < NI; j += 2) {
-        uint32_t r[4];
-        ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kk + lane / 8 % 2 * 8));
-        bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int i = 0; i < MI; ++i) {
-#pragma unroll
-        for (int j = 0; j < NI; ++j) mma_16816<T>(acc[i][j], af[i], bf[j]);
-      }
-    }
+    for (int kc = 0; kc < CHUNKS; kc += 2) multiply<T>(acc, As, As + BM * CHUNKS, kc, wm, wn, lane);
   }
   cp_async_wait<0>();  // no copy outlives the block (the last groups are empty, but say so)
 #pragma unroll
@@ -93,15 +107,19 @@ template <typename T>
 const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write; an empty grid is a launch error
-  if (M > INT32_MAX - BM || N > INT32_MAX - BN || K > INT32_MAX - BK) return "linear: a dimension exceeds 2^31 - 129";
+  if (M > INT32_MAX - BM || N > INT32_MAX - BN || K > INT32_MAX - 64) return "linear: a dimension exceeds 2^31 - 129";
   if (compute_capability() < 80) return "linear: cuda-pipeline needs cp.async and mma.sync, compute capability 8.0+";
   if ((M + BM - 1) / BM > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
-  constexpr int bytes = STAGES * STAGE * sizeof(T);  // 96 KB: over the 48 KB a block gets unless it asks
+  // 16-bit operands come padded to 16-byte rows (linear_cuda.cpp); float32 ones may not: then value by value
+  constexpr int64_t values = 16 / sizeof(T);
+  const bool vec = K % values == 0 && lda % values == 0 && ldb % values == 0 &&
+                   reinterpret_cast<uintptr_t>(A) % 16 == 0 && reinterpret_cast<uintptr_t>(B) % 16 == 0;
+  constexpr int bytes = STAGES * STAGE * 16;  // 96 KB: over the 48 KB a block gets unless it asks
   if (cudaFuncSetAttribute(matmul_nt_pipeline<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
     return launch_error();
   }
   const dim3 blocks(unsigned((N + BN - 1) / BN), unsigned((M + BM - 1) / BM));
-  matmul_nt_pipeline<T><<<blocks, THREADS, bytes, stream>>>(A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K));
+  matmul_nt_pipeline<T><<<blocks, THREADS, bytes, stream>>>(A, lda, B, ldb, bias, C, ldc, int(M), int(N), int(K), vec);
   return launch_error();
 }
 

@@ -23,8 +23,8 @@ constexpr int STAGE = (BM + BN) * BK;                     // values in one stage
 template <typename T>
 __device__ __forceinline__ void copy_stage(T* s, const T* A, int64_t lda, const T* B, int64_t ldb, int m0, int n0,
                                            int k0, int M, int N, int K) {
-  copy_tile_async<BM, THREADS>(s, A, lda, m0, k0, M, K, threadIdx.x);
-  copy_tile_async<BN, THREADS>(s + BM * BK, B, ldb, n0, k0, N, K, threadIdx.x);
+  copy_tile_async<BM, THREADS>(reinterpret_cast<uint4*>(s), A, lda, m0, k0, M, K, threadIdx.x);
+  copy_tile_async<BN, THREADS>(reinterpret_cast<uint4*>(s + BM * BK), B, ldb, n0, k0, N, K, threadIdx.x);
 }
 
 template <typename T>

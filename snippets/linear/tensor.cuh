@@ -1,10 +1,12 @@
-// What the tensor-core steps share (cuda-mma and up): bfloat16 and float16 inputs, float32 sums, the output
-// rounded once. The entry points linear_cuda.cpp calls; the PTX the steps meet, in order: ldmatrix and
-// mma.sync (cuda-mma), cp.async and the swizzle (cuda-pipeline), wgmma and its shared-memory descriptors
-// (cuda-wgmma), mbarriers and TMA (cuda-tma, cuda-warp-specialized); and the store of C. Each step defines
+// What the tensor-core steps share (cuda-mma and up): bfloat16 and float16 inputs (cuda-pipeline also float32,
+// as TF32), float32 sums, the output rounded once. The entry points linear_cuda.cpp calls; the PTX the steps
+// meet, in order: ldmatrix and mma.sync (cuda-mma), cp.async and the swizzle (cuda-pipeline); and the store of
+// C. hopper.cuh adds what the Hopper steps meet. Each step defines
 //   template <typename T> const char* launch(A, lda, B, ldb, bias, C, ldc, M, N, K, stream);
 // for C[m][n] = bias[n] + sum_k A[m][k] B[n][k], T __nv_bfloat16 or __half. linear_cuda.cpp hands it rows
 // of whole 16-byte pieces: K a multiple of 8 and A, B 16-byte aligned (it pads a copy where they are not).
+// A step that takes float32 too (as TF32) defines TENSOR_STEP_TAKES_FLOAT before including this, and its
+// launch<float> takes float32 operands as they come.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,11 +35,18 @@ const char* launch_matmul_nt(const uint16_t* A, int64_t lda, const uint16_t* B, 
                              uint16_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, bool bfloat16, void* stream) {
   return (bfloat16 ? launch_bits<__nv_bfloat16> : launch_bits<__half>)(A, lda, B, ldb, bias, C, ldc, M, N, K, stream);
 }
-// The CUDA-core steps' entry points, refused: these steps multiply 16-bit inputs only.
+// The CUDA-core steps' entry points: float32 where the step takes it (as TF32), else refused.
+#ifdef TENSOR_STEP_TAKES_FLOAT
+const char* launch_matmul_nt(const float* A, int64_t lda, const float* B, int64_t ldb, const float* bias, float* C,
+                             int64_t ldc, int64_t M, int64_t N, int64_t K, void* stream) {
+  return launch(A, lda, B, ldb, bias, C, ldc, M, N, K, static_cast<cudaStream_t>(stream));
+}
+#else
 const char* launch_matmul_nt(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t,
                              int64_t, int64_t, void*) {
   return "linear: this step takes bfloat16 and float16";
 }
+#endif
 const char* launch_matmul_nt(const double*, int64_t, const double*, int64_t, const double*, double*, int64_t, int64_t,
                              int64_t, int64_t, void*) {
   return "linear: this step takes bfloat16 and float16";
@@ -64,11 +73,23 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Conversions by name: torch's builds define __CUDA_NO_BFLOAT16_CONVERSIONS__ and __CUDA_NO_HALF_CONVERSIONS__.
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+template <typename T>
+__device__ __forceinline__ T rounded(float v) {  // to nearest
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return __float2half_rn(v);
+}
+
 // ---- cuda-mma: ldmatrix feeds mma.sync ------------------------------------------------------------------
 
 // Four 8 x 8 matrices of 16-bit values from shared memory, one warp-wide instruction: lane l gives the address
 // of row l % 8 of matrix l / 8 (16 bytes), and receives in r[i] the two values of row l / 4, columns 2 (l % 4)
-// and 2 (l % 4) + 1 of matrix i: exactly the layout mma.sync's fragments want.
+// and 2 (l % 4) + 1 of matrix i: exactly the layout mma.sync's fragments want. Read as 8 x 4 float32s, the
+// same instruction gives lane l the float at row l / 4, column l % 4: the layout of TF32's fragments.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -92,6 +113,21 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   }
 }
 
+// d += a b for a 16 x 8 tile of A and an 8 x 8 tile of B in TF32 (float32 rounded to 10 mantissa bits), float32
+// sums: 1,024 multiply-adds per instruction. The fragments hold one float per register, rounded first (tf32).
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+               "{%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// A float32's bits rounded to TF32, to nearest: the tensor cores would otherwise drop the low bits.
+__device__ __forceinline__ uint32_t tf32(uint32_t bits) {
+  uint32_t out;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "r"(bits));
+  return out;
+}
+
 // ---- cuda-pipeline: copies that skip the registers, and a swizzle in place of padding --------------------
 
 // 16 bytes global -> shared without passing through registers; zeros where !inside (src-size 0).
@@ -106,38 +142,37 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
-// A tile row of 64 16-bit values is 128 bytes, eight 16-byte chunks. Chunk c of row r is stored at chunk
-// c ^ (r % 8): eight rows' chunk c (what one ldmatrix phase reads) land in eight different chunks, so all 32
-// banks, with no padding. It is the layout the hardware calls the 128-byte swizzle (TMA and wgmma read it
-// given a 1,024-byte aligned tile). Returns the element offset of (r, k) in such a tile.
-__device__ __forceinline__ int swizzled(int r, int k) { return r * 64 + (((k >> 3) ^ (r & 7)) << 3) + (k & 7); }
+// A tile row is 128 bytes, eight 16-byte chunks (8 16-bit values, or 4 floats, each). Chunk c of row r is
+// stored at chunk c ^ (r % 8): eight rows' chunk c (what one ldmatrix phase reads) land in eight different
+// chunks, so all 32 banks, with no padding. It is the layout the hardware calls the 128-byte swizzle (TMA and
+// wgmma read it given a 1,024-byte aligned tile). Returns the chunk's index in such a tile.
+__device__ __forceinline__ int swizzled(int r, int c) { return r * 8 + (c ^ (r & 7)); }
 
-// This thread's pieces of the ROWS x 64 tile of P (R x K, row stride ld) at (row0, k0), into a swizzled tile:
-// piece i is row i / 8, chunk i % 8, for i = thread, + THREADS, ... (a warp copies four whole 128-byte rows).
-// Zeros past the matrix; K is a multiple of 8, so a piece is all inside or all outside. An address outside is
-// never read (src-size 0), but it must be valid: P itself.
+// This thread's pieces of the ROWS x 128-byte tile of P (R x K, row stride ld) at (row0, k0), into a swizzled
+// tile: piece i is row i / 8, chunk i % 8, for i = thread, + THREADS, ... (a warp copies four whole rows).
+// Zeros past the matrix. vec: K is a multiple of a chunk's values and the rows 16-byte aligned, so a piece is
+// all inside or all outside and one cp.async moves it (an address outside is never read, but must be valid:
+// P itself); else the piece goes value by value through registers.
 template <int ROWS, int THREADS, typename T>
-__device__ __forceinline__ void copy_tile_async(T* tile, const T* P, int64_t ld, int row0, int k0, int R, int K,
-                                                int thread) {
+__device__ __forceinline__ void copy_tile_async(uint4* tile, const T* P, int64_t ld, int row0, int k0, int R, int K,
+                                                int thread, bool vec = true) {
   static_assert(ROWS * 8 % THREADS == 0, "every thread copies as many pieces");
+  constexpr int VALUES = 16 / sizeof(T);
 #pragma unroll
-  for (int c = 0; c < ROWS * 8 / THREADS; ++c) {
-    const int i = thread + c * THREADS, r = i / 8, k = i % 8 * 8;
-    const bool inside = row0 + r < R && k0 + k < K;
-    cp_async16(tile + swizzled(r, k), inside ? P + (row0 + r) * ld + k0 + k : P, inside);
+  for (int n = 0; n < ROWS * 8 / THREADS; ++n) {
+    const int i = thread + n * THREADS, r = i / 8, c = i % 8, k = k0 + c * VALUES;
+    const bool row_in = row0 + r < R;
+    if (vec) {
+      cp_async16(tile + swizzled(r, c), row_in && k < K ? P + (row0 + r) * ld + k : P, row_in && k < K);
+      continue;
+    }
+    union { uint4 chunk; T v[VALUES]; } piece;
+    for (int j = 0; j < VALUES; ++j) piece.v[j] = row_in && k + j < K ? P[(row0 + r) * ld + k + j] : rounded<T>(0.0f);
+    tile[swizzled(r, c)] = piece.chunk;
   }
 }
 
 // ---- every step: C from the fragments --------------------------------------------------------------------
-
-// Conversions by name: torch's builds define __CUDA_NO_BFLOAT16_CONVERSIONS__ and __CUDA_NO_HALF_CONVERSIONS__.
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T>
-__device__ __forceinline__ T rounded(float v) {  // to nearest
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(v);
-  else return __float2half_rn(v);
-}
 
 // C[m][n] and C[m][n + 1] = v + bias, rounded once to T; columns past N and rows past M skipped. One 4-byte
 // store where both columns are in and the pair is aligned (even ldc), else two.
@@ -151,7 +186,9 @@ __device__ __forceinline__ void store_pair(T* C, int64_t ldc, const T* bias, int
   }
   T* out = C + m * ldc + n;
   if (n + 1 < N && ldc % 2 == 0) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if constexpr (std::is_same_v<T, float>) {
+      *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
     } else {
       *reinterpret_cast<__half2*>(out) = __floats2half2_rn(v0, v1);
