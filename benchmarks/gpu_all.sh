@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1 and -2, its halves) pool pool-tests notebook watch ladder sum linear
-#            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics
+#            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics tensor-probe linear-tiles
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 #            tolerance check-cost timing-change (both need .base: the commit before, git archive'd) readonly sandbox
@@ -46,9 +46,11 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
         sum) step sum-gpu 120 python3 benchmarks/sum_gpu.py --dtypes float32,float64 --out $R ;;
         linear) step linear-gpu 300 python3 benchmarks/linear_gpu.py --out $R ;;  # the ladder, median of three runs
+        linear-tiles) step linear-tiles 500 python3 benchmarks/linear_gpu.py --tiles --runs 1 --out $R ;;  # the float32 top's tiles
         linear-half) step linear-half 400 python3 benchmarks/linear_half_gpu.py --out $R ;;  # the tensor-core ladder, bf16
         linear-half-tests) step pytest-linear-half 400 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider \
                            tests/test_linear.py -k "tensor_core or run_all_times or hgmma or 16_bit" ;;
+        tensor-probe) step tensor-steps-probe 300 python3 benchmarks/probes/tensor_steps_probe.py ;;
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
         sum-small) step sum-small 300 python3 benchmarks/sum_gpu.py --sizes 1e3,1e4,1e5,1e6,1e7,1e8,1e9 --runs 3 --out $R ;;

@@ -46,8 +46,22 @@ TILES = [
 ]
 
 
+# --tiles: cuda-double-buffer, the float32 top, at shapes that may take it nearer cuBLAS (8 warps, wider tiles,
+# other k steps); each obeys its constraints in task.toml.
+DOUBLE_TILES = [
+    dict(block_m=128, block_n=128, block_k=16, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
+    dict(block_m=128, block_n=256, block_k=16, warp_m=64, warp_n=64, thread_m=8, thread_n=4),
+    dict(block_m=256, block_n=128, block_k=16, warp_m=64, warp_n=64, thread_m=8, thread_n=4),
+    dict(block_m=128, block_n=128, block_k=32, warp_m=64, warp_n=64, thread_m=8, thread_n=4),
+    dict(block_m=128, block_n=128, block_k=8, warp_m=64, warp_n=64, thread_m=8, thread_n=4),
+    dict(block_m=256, block_n=128, block_k=8, warp_m=128, warp_n=32, thread_m=8, thread_n=4),
+    dict(block_m=128, block_n=256, block_k=8, warp_m=64, warp_n=64, thread_m=8, thread_n=4),
+]
+
+
 def tile_name(p: dict) -> str:
-    return f"{p['block_m']}x{p['block_n']}x{p['block_k']}, {p['thread_m']}x{p['thread_n']}/thread"
+    warp = f", warp {p['warp_m']}x{p['warp_n']}" if "warp_m" in p else ""
+    return f"{p['block_m']}x{p['block_n']}x{p['block_k']}{warp}, {p['thread_m']}x{p['thread_n']}/thread"
 
 
 TF32_BASE = "F.linear (cuBLAS, TF32 allowed)"  # the tensor-core rung's fair reference: the same arithmetic
@@ -200,7 +214,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=4096, help="batch = in = out")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds of timing a run (at least 30 samples each)")
     ap.add_argument("--runs", type=int, default=3, help="timing runs; a row is the median of their medians")
-    ap.add_argument("--tiles", action="store_true", help="also cuda-tiled at other tile shapes")
+    ap.add_argument("--tiles", action="store_true", help="also cuda-tiled and cuda-double-buffer at other tiles")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--plot-from", type=Path, help="only draw the ladder's PNG from a JSON this script wrote")
     args = ap.parse_args()
@@ -220,7 +234,7 @@ def main() -> int:
     flops = spec.flops(sizes)
     fam = registry.find("linear")
     builds = [(v.name, {}) for v in fam.variants.values() if v.device == "cuda" and "float32" in fam.dtypes_of(v)]
-    builds += [("cuda-tiled", p) for p in TILES] if args.tiles else []
+    builds += [("cuda-tiled", p) for p in TILES] + [("cuda-double-buffer", p) for p in DOUBLE_TILES] if args.tiles else []
     found = contenders(spec, inputs, builds, "cuda", fam)
     rows = median_of_runs([measure(found, spec, inputs, flops, args.budget, "cuda") for _ in range(args.runs)])
     verdict = summarise(rows)
