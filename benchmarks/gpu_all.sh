@@ -49,7 +49,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         linear-tiles) step linear-tiles 500 python3 benchmarks/linear_gpu.py --tiles --runs 1 --out $R ;;  # the float32 top's tiles
         linear-half) step linear-half 400 python3 benchmarks/linear_half_gpu.py --out $R ;;  # the tensor-core ladder, bf16
         linear-half-tests) step pytest-linear-half 400 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider \
-                           tests/test_linear.py -k "tensor_core or run_all_times or hgmma or 16_bit" ;;
+                           tests/test_linear.py -k "tensor_core or run_all_times or hgmma or 16_bit or tf32 or tensor_pipe" ;;
         tensor-probe) step tensor-steps-probe 300 python3 benchmarks/probes/tensor_steps_probe.py ;;
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;

@@ -634,3 +634,11 @@ def test_the_wgmma_step_shows_hgmma_under_its_source_lines(kplay):
     half_ops("cuda-wgmma")
     result = kplay("show", "linear", "--variant", "cuda-wgmma", "--sass", "--solution")
     assert result.exit_code == 0 and "HGMMA" in result.stdout, result.output[-2000:]
+
+
+@pytest.mark.cuda
+def test_profile_shows_the_wgmma_step_busy_on_the_tensor_pipe(kplay):
+    """Where ncu can read the counters (the GPU box: root): the tensor pipe's share of its peak, per kernel."""
+    half_ops("cuda-wgmma")
+    result = kplay("profile", "linear", "--variant", "cuda-wgmma", "--batch", "2048", "--in", "2048", "--out", "2048")
+    assert result.exit_code == 0 and "tensor %" in result.stdout, result.output[-3000:]

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -76,6 +77,42 @@ def test_ncu_is_asked_for_every_section_whose_figures_are_read():
     logged = {r[13] for r in rows[1:] if r[14] == ""}
     asked = {profile.NCU_ARGS[i + 1] for i, a in enumerate(profile.NCU_ARGS) if a == "--section"}
     assert logged == asked == {"SpeedOfLight", "Occupancy", "LaunchStats"}
+
+
+def test_the_tensor_pipes_are_asked_for_only_where_ncu_knows_them_and_read_from_its_csv(tmp_path):
+    """ncu fails a whole profile on a metric it does not know: --query-metrics says which tensor pipes it has.
+    Their rows (section "Command line profiler metrics") give each kernel its tensor %; the table shows a
+    column only when one kernel has a figure."""
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\necho 'Device NVIDIA H200 (GH100)'\n"
+                    "echo 'sm__pipe_tensor_op_gmma_cycles_active   Counter  cycle  # of cycles where GMMA was active'\n")
+    fake.chmod(0o755)
+    assert profile.tensor_metrics(str(fake)) == ["--metrics", "sm__pipe_tensor_op_gmma_cycles_active" + profile.TENSOR_ROLLUP]
+    assert profile.tensor_metrics(str(tmp_path / "absent")) == []
+    rows = [ln for ln in ncu_text().splitlines() if ln.startswith('"')]
+    fast = next(r for r in rows if "sum_fast_kernel" in r and "Duration" in r)
+    row = fast.replace('"GPU Speed Of Light Throughput","Duration"', '"Command line profiler metrics",'
+                       '"sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"')
+    row = row.replace('"ns","93,696"', '"%","87.5"')
+    kernels = profile.ncu_kernels(ncu_text() + row + "\n")
+    assert kernels[-1]["gmma_pct"] == 87.5 and "gmma_pct" not in kernels[0]
+    r = profiled()
+    for c, k in zip(r["contenders"], (kernels[0], kernels[1], kernels[-1])):
+        c["kernels"] = [{**c["kernels"][0], "short": k["short"], "ncu": k}]
+    r["ncu"] = None
+    render = lambda lines: _text(*lines)  # noqa: E731
+    shown = render(profile._ncu_lines(r))
+    assert "tensor %" in shown and re.search(r"sum_fast_kernel<float>.*\b88\s*$", shown, re.M), shown
+    for c in r["contenders"]:
+        c["kernels"][0]["ncu"].pop("gmma_pct", None)
+    assert "tensor %" not in render(profile._ncu_lines(r))
+
+
+def _text(*renderables) -> str:
+    console = Console(width=80, record=True, color_system=None)
+    for x in renderables:
+        console.print(x)
+    return console.export_text()
 
 
 def test_the_hint_is_the_first_opt_rule_in_one_sentence():

@@ -31,6 +31,11 @@ METRICS = {  # ncu's metric name -> the record's key
     "Registers Per Thread": "registers", "Static Shared Memory Per Block": "static_shared_bytes",
     "Dynamic Shared Memory Per Block": "dynamic_shared_bytes",
 }
+# The tensor cores' share of their peak, where this GPU's ncu has the metric: HMMA (mma.sync, wmma; Ampere on)
+# and GMMA (wgmma; Hopper). Asked by name (--metrics) only when `ncu --query-metrics` lists it.
+TENSOR_METRICS = {"sm__pipe_tensor_op_hmma_cycles_active": "hmma_pct", "sm__pipe_tensor_op_gmma_cycles_active": "gmma_pct"}
+TENSOR_ROLLUP = ".avg.pct_of_peak_sustained_active"
+METRICS |= {name + TENSOR_ROLLUP: key for name, key in TENSOR_METRICS.items()}
 ADMIN_ONLY = Path("/proc/driver/nvidia/params")  # "RmProfilingAdminOnly: 1": the counters are for root alone
 
 
@@ -134,11 +139,24 @@ def _under_ncu(req, exe: str, on_event) -> tuple[dict | None, str, Exception | N
         log = Path(tmp) / "ncu.csv"
         result, error = None, None
         try:
-            under = [exe, *NCU_ARGS, "--log-file", str(log)]
+            under = [exe, *NCU_ARGS, *tensor_metrics(exe), "--log-file", str(log)]
             result = isolate.run(dataclasses.replace(req, mode="nvtx"), on_event, under=under, writable=(tmp,))
         except KplayError as e:
             error = e
         return result, (log.read_text(errors="replace") if log.exists() else ""), error
+
+
+def tensor_metrics(exe: str) -> list[str]:
+    """ncu's --metrics for the tensor pipes this GPU's ncu knows (none if it cannot say): an unknown name would
+    fail the whole profile."""
+    import subprocess
+
+    try:
+        known = subprocess.run([exe, "--query-metrics"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    names = [name + TENSOR_ROLLUP for name in TENSOR_METRICS if re.search(rf"^{name}\b", known, re.M)]
+    return ["--metrics", ",".join(names)] if names else []
 
 
 def rates(result: dict) -> None:
@@ -223,8 +241,10 @@ def _ncu_lines(r: dict) -> list:
 
     if r.get("ncu"):
         return [Text(f"ncu: {r['ncu']}", style="dim" if r["ncu"].startswith("skipped") else "yellow")]
+    kernels = [k.get("ncu") or {} for c in r["contenders"] for k in c["kernels"]]
+    tensor = any(n.get("hmma_pct") is not None or n.get("gmma_pct") is not None for n in kernels)
     table = _table(("ncu", "left"), ("kernel", "left"), ("mem %", "right"), ("SM %", "right"), ("DRAM %", "right"),
-                   ("L2 %", "right"), ("occupancy", "right"))
+                   ("L2 %", "right"), ("occupancy", "right"), *([("tensor %", "right")] if tensor else []))
     hints = {}
     for c in r["contenders"]:
         first = True
@@ -233,8 +253,10 @@ def _ncu_lines(r: dict) -> list:
             if not n:
                 continue
             pct = lambda key: _opt(n.get(key), "{:.0f}")
+            pipes = [x for x in (n.get("hmma_pct"), n.get("gmma_pct")) if x is not None]  # the busier tensor pipe
             table.add_row(c["name"] if first else "", k["short"], pct("memory_pct"), pct("compute_pct"), pct("dram_pct"),
-                          pct("l2_pct"), f"{pct('achieved_occupancy_pct')} / {pct('theoretical_occupancy_pct')}%")
+                          pct("l2_pct"), f"{pct('achieved_occupancy_pct')} / {pct('theoretical_occupancy_pct')}%",
+                          *([_opt(max(pipes) if pipes else None, "{:.0f}")] if tensor else []))
             first = False
             if n.get("hint"):
                 hints.setdefault(n["hint"], k["short"])
