@@ -37,6 +37,7 @@ def test_h200_peaks_match_the_published_figures():
     assert p.flops("bfloat16") == p.flops("float16") == pytest.approx(132 * 1.98e9 * 2048 * 2 / 1e9)  # 1,070 TFLOP/s
     assert p.flops("bfloat16") == pytest.approx(989_000, rel=0.1)  # published: 989 TFLOPS dense
     assert p.source["bfloat16"] == "132 SMs x 1,980 MHz x 2,048 FMA x 2 (tensor cores, dense)"
+    assert p.flops("tf32") == pytest.approx(p.flops("bfloat16") / 2)  # published: 494.7 TFLOPS dense (H100 SXM)
     assert p.source["bandwidth"] == "2 x 3,201 MHz x 6,016 bits / 8"
     assert p.source["float32"] == "132 SMs x 1,980 MHz x 128 FMA x 2"
 
@@ -298,3 +299,21 @@ def test_the_rate_column_follows_the_ceiling_that_binds(flops_per_byte, bound, h
                     flops=int(flops_per_byte * 4000))
     r = {**gpu_record(1000, 1e-6, bound=bound), "rate": run.to_dict()["rate"]}
     assert report.metric([r]) == ({"GB/s": "gbps", "GFLOP/s": "gflops"}[header], header)
+
+
+def test_a_tf32_variant_is_held_to_the_tf32_ceiling_and_the_report_says_so():
+    """In a float32 run, % peak of a variant with math = "tf32" is of the tensor cores' TF32 rate (half the
+    bfloat16 one on Hopper), not the CUDA cores' float32 rate it would pass; a 16-bit run has no such row."""
+    from playground.core.record import RunResult
+    from playground.report.tables import _peak_notes
+    from playground.run.runner import _roof, _tf32_roof
+
+    p, flops, nbytes = h200(), 2 * 4096**3, 4 * 4 * 4096**2
+    run = RunResult("linear", "cuda", "float32", 0, {}, {}, "2.11")
+    assert _roof(run, p, nbytes, flops) == pytest.approx(flops / (p.flops("float32") * 1e9))
+    assert _tf32_roof(run, p, nbytes, flops) == pytest.approx(flops / (p.flops("bfloat16") / 2 * 1e9))
+    notes = [t.plain for t in _peak_notes({**run.__dict__, "flops": flops, "traffic": nbytes, "peak_gbps": p.bandwidth_gbps,
+                                           "peak_gflops": p.flops("float32")})]
+    assert notes[-1] == ("% peak of a TF32 variant: of the TF32 ceiling, 535,265 GFLOP/s = "
+                         "132 SMs x 1,980 MHz x 1,024 FMA x 2 (tensor cores, dense)")
+    assert _tf32_roof(RunResult("linear", "cuda", "bfloat16", 0, {}, {}, "2.11"), p, nbytes, flops) is None

@@ -314,6 +314,8 @@ def _peak_notes(r: dict) -> list[Text]:
            f"memory ceiling: {r['peak_gbps']:,.0f} GB/s = {src.get('bandwidth', '?')}"]
     if r.get("peak_gflops"):
         out.append(f"compute ceiling: {_rate(r['peak_gflops'])} GFLOP/s {r['dtype']} = {src.get(r['dtype'], '?')}")
+    if src.get("tf32"):
+        out.append(f"% peak of a TF32 variant: of the TF32 ceiling, {src['tf32']}")
     if r.get("copy_gbps"):
         out.append(f"copy: {r['copy_gbps']:,.0f} GB/s, a device-to-device copy measured here")
     return [Text(line, style="dim") for line in out]

@@ -29,9 +29,10 @@ FMA_PER_SM = {
 
 # Dense FMAs per SM per clock on the tensor cores, half-precision inputs with float32 sums: A100's 312 TFLOP/s
 # is 108 SMs x 1,410 MHz x 1,024 x 2; Hopper's fourth-generation tensor cores do twice that per SM and clock.
+# TF32 (float32 rounded to 10 mantissa bits), half of that: a float32 variant with math = "tf32" is judged by it.
 TENSOR_FMA_PER_SM = {
-    (8, 0): {"bfloat16": 1024, "float16": 1024},
-    (9, 0): {"bfloat16": 2048, "float16": 2048},
+    (8, 0): {"bfloat16": 1024, "float16": 1024, "tf32": 512},
+    (9, 0): {"bfloat16": 2048, "float16": 2048, "tf32": 1024},
 }
 
 # cudaDeviceAttr values (driver_types.h); stable since CUDA 5 and still there in CUDA 13, which removed
@@ -60,6 +61,9 @@ class Peaks:
         return (times[bound], bound) if times[bound] > 0 else None
 
 
+TENSORS = ("bfloat16", "float16", "tf32")
+
+
 def from_attributes(name: str, capability: tuple[int, int], sm_count: int, sm_clock_khz: int,
                     mem_clock_khz: int, bus_bits: int) -> Peaks:
     """The peaks from the attributes CUDA reports (clocks in kHz, as cudaDeviceGetAttribute gives them)."""
@@ -68,7 +72,7 @@ def from_attributes(name: str, capability: tuple[int, int], sm_count: int, sm_cl
     gflops = {dtype: sm_count * sm_clock_khz * 1e3 * fma * 2 / 1e9 for dtype, fma in rates.items()}
     source = {"bandwidth": f"2 x {mem_clock_khz / 1e3:,.0f} MHz x {bus_bits:,} bits / 8"}
     source |= {dtype: f"{sm_count} SMs x {sm_clock_khz / 1e3:,.0f} MHz x {fma:,} FMA x 2"
-               + (" (tensor cores, dense)" if dtype in ("bfloat16", "float16") else "") for dtype, fma in rates.items()}
+               + (" (tensor cores, dense)" if dtype in TENSORS else "") for dtype, fma in rates.items()}
     return Peaks(name, bandwidth, gflops, source)
 
 

@@ -162,12 +162,13 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     result.inputs_timed = len(pool)
     peak = peaks(device)
     roof = _roof(result, peak, nbytes, flops)
+    tf32 = _tf32_roof(result, peak, nbytes, flops) if "tf32" in (maths.get(v) for v in ops) else None
     contenders = [(("baseline", name), BaselineResult(name=name)) for name in baselines]
     contenders += [(("variant", v.variant), v) for v in result.variants if v.variant in ops]
     for key, who in contenders:
         labels = steps[key][0]
         who.set_times({s: stats[(*key, s)] for s in labels}, {s: walls[(*key, s)] for s in labels} if walls else {})
-        _rates(who, nbytes, flops, roof)
+        _rates(who, nbytes, flops, tf32 if key[0] == "variant" and maths.get(key[1]) == "tf32" and tf32 else roof)
     result.baselines = {who.name: who for key, who in contenders if key[0] == "baseline"}
     for key, who in contenders:
         who.compare(result.baselines)
@@ -267,6 +268,15 @@ def _rates(who, nbytes: int, flops: int, roof_s: float | None) -> None:
     who.gbps = nbytes / seconds / 1e9 if nbytes else None
     who.gflops = flops / seconds / 1e9 if flops else None
     who.pct_peak = 100 * roof_s / seconds if roof_s and seconds else None
+
+
+def _tf32_roof(result: RunResult, peak, nbytes: int, flops: int) -> float | None:
+    """A float32 run's TF32 variants (math = "tf32") are held to the tensor cores' TF32 ceiling, not the CUDA
+    cores': its seconds, noted in the record's peak_source (None where the GPU has no TF32 figure)."""
+    roof = peak.roof(nbytes, flops, "tf32") if peak and result.dtype == "float32" and peak.flops("tf32") else None
+    if roof:
+        result.peak_source["tf32"] = f"{peak.flops('tf32'):,.0f} GFLOP/s = {peak.source['tf32']}"
+    return roof[0] if roof else None
 
 
 def _roof(result: RunResult, peak, nbytes: int, flops: int) -> float | None:
