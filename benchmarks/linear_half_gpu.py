@@ -9,7 +9,8 @@ events, the contenders taking turns, at least 30 samples and --budget seconds) -
 median of the runs' medians, with every run's median beside it. Each rung's share of cuBLAS and of the tensor
 cores' dense peak (SMs x max clock x FMAs per SM per clock x 2, playground.run.peaks). Target: the top rung at
 90% of cuBLAS or more at every shape, and every rung faster than the one below at 4096^3.
-Writes DATE-COMMIT-MACHINE-linear-half.md (and .json) under --out, and prints the table.
+Writes DATE-COMMIT-MACHINE-linear-half.md (and .json, and .png where matplotlib is) under --out, and prints the
+table; --plot-from JSON draws the picture elsewhere.
 """
 
 from __future__ import annotations
@@ -86,6 +87,34 @@ def markdown(tables: dict, dtype: str, meta: dict, verdict: dict) -> list[str]:
                     f"the one below at 4096^3, every check passed): {'met' if verdict['met'] else 'NOT met'}."]
 
 
+def ladder_plot(record: dict, path: Path) -> None:
+    """Each rung's share of cuBLAS at each shape, a bar per shape, the target as a line: the climb in one
+    picture (PNG)."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend
+
+    shapes = list(record["tables"])
+    rungs = [r["contender"] for r in record["tables"][shapes[0]][1:]]
+    fig = Figure(figsize=(8, 0.45 * len(rungs) * len(shapes) / 2 + 2.2))
+    ax = fig.add_subplot()
+    height = 0.8 / len(shapes)
+    for s, shape in enumerate(shapes):
+        rows = {r["contender"]: r for r in record["tables"][shape]}
+        y = [len(rungs) - 1 - k - s * height for k in range(len(rungs))]
+        pct = [rows[name]["pct_of_cublas"] for name in rungs]
+        ax.barh(y, pct, height=height, label=f"(batch, in, out) = {shape}")
+        for k, v in zip(y, pct):
+            ax.text(v + 1, k, f"{v:.0f}%", va="center", fontsize=7)
+    ax.axvline(TARGET, color="gray", linestyle="--", linewidth=1)
+    ax.text(TARGET, len(rungs) - 0.35, f" target {TARGET:.0f}% (top rung)", color="gray", fontsize=8)
+    ax.set_yticks([len(rungs) - 1 - k - (len(shapes) - 1) * height / 2 for k in range(len(rungs))], rungs)
+    ax.set_xlim(0, 120)
+    ax.set_xlabel(f"% of F.linear (cuBLAS), {record['dtype']} forward")
+    ax.set_title(f"The tensor-core ladder on {record['gpu']}", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1, fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
@@ -93,7 +122,11 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0.5, help="seconds of timing a run (at least 30 samples each)")
     ap.add_argument("--shapes", default="", help="batch,in,out;... in place of the three shapes")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--plot-from", type=Path, help="only draw the PNG from a JSON this script wrote")
     args = ap.parse_args()
+    if args.plot_from:
+        ladder_plot(json.loads(args.plot_from.read_text()), args.plot_from.with_suffix(".png"))
+        return 0
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -116,6 +149,10 @@ def main() -> int:
     (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     (args.out / f"{stem}.json").write_text(json.dumps({**meta, "dtype": args.dtype, "verdict": verdict,
                                                        "tables": {str(s): r for s, r in tables.items()}}, indent=1))
+    try:
+        ladder_plot(json.loads((args.out / f"{stem}.json").read_text()), args.out / f"{stem}.png")
+    except ImportError:
+        print(f"no matplotlib here: draw the PNG elsewhere with --plot-from {stem}.json")
     print("\n".join(lines))
     return 0 if verdict["met"] else 1
 

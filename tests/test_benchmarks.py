@@ -158,3 +158,19 @@ def test_every_cited_results_file_exists():
              for m in NAMED.finditer(p.read_text(errors="replace"))}
     missing = sorted(c for c in cited if not (RESULTS / c).exists())
     assert cited and not missing, missing
+
+
+def test_the_tensor_core_ladders_picture_is_drawn_from_its_json(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import json
+
+    import linear_half_gpu
+
+    rungs = ["cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized"]
+    table = lambda scale: [{"contender": linear_half_gpu.CUBLAS, "pct_of_cublas": 100.0},  # noqa: E731
+                           *({"contender": r, "pct_of_cublas": scale * (20 + 15 * k)} for k, r in enumerate(rungs))]
+    record = {"gpu": "NVIDIA H200", "dtype": "bfloat16",
+              "tables": {"(4096, 4096, 4096)": table(1.0), "(8192, 8192, 8192)": table(1.1), "(4096, 4096, 1024)": table(0.9)}}
+    (tmp_path / "half.json").write_text(json.dumps(record))
+    monkeypatch.setattr(sys, "argv", ["linear_half_gpu.py", "--plot-from", str(tmp_path / "half.json")])
+    assert linear_half_gpu.main() == 0 and (tmp_path / "half.png").stat().st_size > 10_000
