@@ -51,7 +51,7 @@ matmul_nt_wgmma(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, i
     cp_async_commit();
     const T* As = stages + step % STAGES * STAGE + group * 64 * BK;  // this warpgroup's 64 rows of A
     const T* Bs = stages + step % STAGES * STAGE + BM * BK;
-    // kplay:todo wgmma_fence(); per kk (16 at a time) wgmma_m64k16<BN, T> on As + kk, Bs + kk descriptors; commit, wait
+    // kplay:todo wgmma_fence(); per kk += 16: wgmma_m64k16<BN, T> of smem_descriptor(As + kk), (Bs + kk); commit; wait
     // kplay:why A descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle. The
     // kplay:why wait (no group pending) lets the next loop's sync free this stage.
     fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
