@@ -53,7 +53,7 @@ def one_shape(spec, shape, dtype, ops: dict, budget_s: float, runs: int) -> list
     errors = {name: (fn().double() - ref).abs().max().item() for name, fn in calls.items()}
     timed = [bench(calls, "cuda", budget_s=budget_s) for _ in range(runs)]
     flops = spec.flops(sizes)
-    peak = peaks("cuda").flops(str(dtype).removeprefix("torch."))
+    peak = peaks("cuda").flops(str(dtype).removeprefix("torch.")) if peaks("cuda") else None
     rows = []
     for name in calls:
         medians = sorted(t[name].median_s for t in timed)

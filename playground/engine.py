@@ -15,7 +15,7 @@ from .child import spawn
 from .compiler import build, disasm, toolchain
 from .compiler import doctor as checks
 from .core import events
-from .core.errors import UsageError
+from .core.errors import KplayError, UsageError
 from .family import registry, render
 from .family.request import Request, split_sizes  # noqa: F401  the door's own names
 from .family.request import make as request  # noqa: F401  the door's own name
@@ -83,11 +83,19 @@ def runs(req: Request, on_event=events.ignore, sanitize: str | None = None, pool
     """`kplay run`: its record, then with --variant all and no --dtype one more per dtype the other variants
     take first (linear's tensor-core steps: bfloat16), each against the baselines in that dtype."""
     first = run(req, on_event, sanitize, pool)
-    more = [run(dataclasses.replace(req, dtype=d, own_dtypes=False), on_event, sanitize, pool)
+    more = [_run_or_error(dataclasses.replace(req, dtype=d, own_dtypes=False), on_event, sanitize, pool)
             for d in first.get("other_dtypes", [])]
     if more:
         first["other_runs"] = more  # --json prints the first record: the others inside it
     return [first, *more]
+
+
+def _run_or_error(req: Request, on_event, sanitize: str | None, pool: Path | None) -> dict:
+    """A follow-on run of `runs`: its record, or its error as one (the runs before it keep their tables)."""
+    try:
+        return run(req, on_event, sanitize, pool)
+    except KplayError as e:
+        return {"dtype": req.dtype, "error": str(e), "exit_code": e.exit_code}
 
 
 def against(path: Path, req: Request) -> dict:

@@ -218,6 +218,17 @@ def test_a_variant_takes_its_own_dtypes_and_check_grades_only_those(kplay, tmp_p
     assert shown.index("mysum · cpu · float32") < shown.index("mysum · cpu · float64"), shown
     one = kplay("run", folder, "--variant", "all", "--device", "cpu", "--dtype", "float64", "--no-bench", "--json")
     assert [v["variant"] for v in json.loads(one.stdout)["variants"]] == ["cpp"] and "other_runs" not in one.stdout
+    # a follow-on run that fails keeps the table before it, and its own error is one line; the pool keeps the flag
+    (folder / "broken.cpp").write_text("this is not C++\n")
+    toml.write_text(toml.read_text().replace('sources = ["sum.cpp"]\ndtypes = ["float64"]',
+                                             'sources = ["broken.cpp"]\ndtypes = ["float64"]', 1))
+    failed = kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000", "--no-bench")
+    assert failed.exit_code == 3 and "mysum · cpu · float32" in failed.stdout, failed.output
+    assert re.search(r"error in the float64 run: mysum/cpp: compile error", " ".join(failed.stdout.split())), failed.stdout
+    from playground.pool import server
+
+    body = {"request": {"family": "sum", "device": "cpu", "own_dtypes": True}, "files": {}}
+    assert server.run_submission(body)[0]["own_dtypes"] is True
     toml.write_text(toml.read_text().replace('dtypes = ["float64"]', 'dtypes = ["bfloat16"]', 1))
     broken = kplay("list", "--path", tmp_path)
     assert "[variants.cpp] dtypes: 'bfloat16' is not one of the family's (float32, float64)" in broken.stderr

@@ -54,9 +54,10 @@ def probe(spec, ops, shape, dtype) -> str:
 
 
 def structured(spec, ops, dtype) -> list[str]:
-    """A = I: y = W^T's first rows plus b; A = e_k0: y = W[:, k0] + b. Exact in any dtype (one product each)."""
+    """A = I: y = W^T's first rows plus b; A = e_k0: y = W[:, k0] + b. Exact in any dtype (one product each,
+    W drawn in bfloat16: TF32 holds it too)."""
     n, lines = 256, []
-    w = torch.randn(n, n, device="cuda").to(dtype)
+    w = torch.randn(n, n, device="cuda").to(torch.bfloat16).to(dtype)
     b = torch.zeros(n, device="cuda", dtype=dtype)
     for name, a in (("A = I", torch.eye(n, device="cuda", dtype=dtype)),
                     ("A = e_37", torch.nn.functional.one_hot(torch.full((n,), 37, device="cuda"), n).to(dtype))):

@@ -256,8 +256,8 @@ def show_run(result: dict, json_: bool, sanitize: str | None = None, verbose: bo
     if json_:
         compared = {"against": engine.compare.record(before, result)} if before and "variants" in result else {}
         return print(json.dumps(result | compared, indent=2))
-    if "variants" in result:
-        out.print(report.run_report(result, explain))
+    if "variants" in result or "error" in result:  # a follow-on dtype's run may end in an error
+        out.print(report.run_report(result, explain) if "variants" in result else report.error_line(result))
     if sanitize:
         out.print(engine.sanitizer.report(result, verbose))
     if before and "variants" in result:

@@ -185,7 +185,7 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
     # application-only: the worker is the application; its builds (ninja, nvcc) are left alone
     argv = [executable(), "--tool", tool, "--target-processes", "application-only", "--print-limit", str(PRINT_LIMIT),
             "--show-backtrace", "device"]
-    log = cache_dir() / "sanitize" / f"{req.family}-{tool}.log"
+    log = cache_dir() / "sanitize" / f"{req.family}-{req.dtype}-{tool}.log"  # a run per dtype: a log each
     result, crash, text = _under(req, argv, log, on_event)
     if not crash and not summary(text):  # no summary, no verdict: "clean" would be a guess
         crash = KernelCrash(f"no summary (its log {'empty' if text else 'not written'}), so not called clean")

@@ -114,7 +114,7 @@ def grade_files(family: str, variant: str, files: dict, student: str, timeout: f
 
 FILE_NAME = re.compile(r"[\w.-]+(/[\w.-]+)?")  # a kernel folder's file: a name, or one folder deep
 RUN_FIELDS = ("device", "variant", "dtype", "seed", "sizes", "params", "bench", "baselines", "skip_baselines",
-              "one_baseline", "budget_s", "warnings", "given_params", "test_sizes")
+              "one_baseline", "budget_s", "warnings", "given_params", "test_sizes", "own_dtypes")
 
 
 def run_submission(body: dict) -> tuple[dict, dict]:

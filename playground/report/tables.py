@@ -141,6 +141,11 @@ def _spread(stats: dict | None) -> str:
 
 # ---- kplay run -----------------------------------------------------------------------------------------
 
+def error_line(r: dict) -> Text:
+    """A run that ended in an error (the follow-on dtype of --variant all): its dtype and the error's line."""
+    return Text.assemble(("error", "red"), f" in the {r['dtype']} run: {r['error']}")
+
+
 def run_report(r: dict, explain: bool = False, compact: bool = False) -> Group:
     """The title, the verdict table of one run, then what the checker found (compact: without the notes on
     how it was checked and timed, for kplay watch)."""

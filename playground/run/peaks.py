@@ -3,7 +3,7 @@
 Bandwidth = 2 x memory clock x bus width / 8 (the memory is double data rate), as nvbench and torch's
 GPULimits compute it. FLOP/s = SMs x max SM clock x FMAs per SM per clock x 2 (an FMA is two FLOPs): for
 float32 and float64 on the CUDA cores, for bfloat16 and float16 on the tensor cores (dense, float32 sums),
-where half-precision matrix work runs. A CPU has no peak here (None): kplay knows no portable way to read one.
+where half-precision matrix work runs, and for TF32 (a float32 variant with math = "tf32"). A CPU has no peak here (None): kplay knows no portable way to read one.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Peaks:
         return (times[bound], bound) if times[bound] > 0 else None
 
 
-TENSORS = ("bfloat16", "float16", "tf32")
+TENSORS = ("bfloat16", "float16", "tf32")  # the rates above that are the tensor cores'; the rest, the CUDA cores'
 
 
 def from_attributes(name: str, capability: tuple[int, int], sm_count: int, sm_clock_khz: int,

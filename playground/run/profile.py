@@ -31,7 +31,7 @@ def execute(req, on_event=events.ignore) -> "Profiled":
         raise UsageError("kplay profile: no CUDA GPU is visible here")
     fam = req.load_family()
     spec = specs.load(fam)
-    built = runner.build_all(fam, fam.pick_variants("cuda", req.variant), req.params, on_event)
+    built = runner.build_all(fam, runner.runnable(fam, "cuda", req)[0], req.params, on_event)
     dtype = getattr(torch, req.dtype)
     inputs = runner.make_inputs(spec, req.sizes, dtype, "cuda", req.seed)
     calls = [("variant", v, spec.function(ops, v)) for v, (ops, _) in built.items()]

@@ -51,7 +51,7 @@ def runnable(fam, device: str, req: requests.Request) -> tuple[list, list[str]]:
     away = {v.name: here for v in chosen if (here := other_arch(v))}
     skipped = [f"{name}: not run, built for sm_{fam.variants[name].arch.replace('.', '')} alone (this GPU is {here})"
                for name, here in away.items()]
-    return [v for v in chosen if v.name not in away] or chosen, skipped
+    return [v for v in chosen if v.name not in away] or chosen, skipped  # none left: the build's one line says why
 
 
 def other_dtypes(fam, device: str, req: requests.Request) -> list[str]:
@@ -59,7 +59,8 @@ def other_dtypes(fam, device: str, req: requests.Request) -> list[str]:
     a run of its own after this one (linear: the float32 ladder, then the bfloat16 tensor-core steps)."""
     if not req.own_dtypes:
         return []
-    firsts = [fam.dtypes_of(v)[0] for v in fam.variants_for(device) if req.dtype not in fam.dtypes_of(v)]
+    firsts = [fam.dtypes_of(v)[0] for v in fam.variants_for(device)
+              if req.dtype not in fam.dtypes_of(v) and not other_arch(v)]
     return list(dict.fromkeys(firsts))
 
 
