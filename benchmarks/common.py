@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -49,6 +50,12 @@ def results_name(what: str, machine: str) -> str:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True,
                             text=True).stdout.strip() or "nocommit"
     return f"{time.strftime('%Y-%m-%d')}-{commit}-{machine}-{what}"
+
+
+def gpu_slug(name: str) -> str:
+    """A GPU's model for a results file's name: 'NVIDIA H100 80GB HBM3' -> h100, 'NVIDIA H200' -> h200."""
+    model = re.search(r"\b[A-Z]{1,2}\d{2,4}[A-Za-z]?\b", name)
+    return model.group(0).lower() if model else re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, str]:

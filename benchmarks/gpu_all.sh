@@ -37,11 +37,11 @@ PAR1=$(echo $PAR | tr ' ' '\n' | head -n $HALF | tr '\n' ' ')  # tests-par-1 and
 PAR2=$(echo $PAR | tr ' ' '\n' | tail -n +$((HALF + 1)) | tr '\n' ' ')  # each well inside a call's 10 minutes
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
-        tests) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and $K}"
+        tests) step pytest-cuda-par ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and $K}"
                step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
-        tests-par) step pytest-cuda-par 560 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and $K}" ;;
-        tests-par-1) step pytest-cuda-par-1 560 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR1 -k "not every_seed${K:+ and $K}" ;;
-        tests-par-2) step pytest-cuda-par-2 560 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR2 -k "not every_seed${K:+ and $K}" ;;
+        tests-par) step pytest-cuda-par ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and $K}" ;;
+        tests-par-1) step pytest-cuda-par-1 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR1 -k "not every_seed${K:+ and $K}" ;;
+        tests-par-2) step pytest-cuda-par-2 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR2 -k "not every_seed${K:+ and $K}" ;;
         tests-serial) step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;

@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from common import ROOT, results_name, spec as load_spec  # first: it puts the repository on sys.path
+from common import ROOT, gpu_slug, results_name, spec as load_spec  # first: it puts the repository on sys.path
 
 import torch
 
@@ -146,7 +146,7 @@ def main() -> int:
             "runs": args.runs, "peak_source": p.source.get(args.dtype, "unknown") if p else "unknown"}
     lines = markdown(tables, args.dtype, meta, verdict)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = results_name("linear-half", meta["gpu"].split()[-1].lower())
+    stem = results_name("linear-half", gpu_slug(meta["gpu"]))
     (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     (args.out / f"{stem}.json").write_text(json.dumps({**meta, "dtype": args.dtype, "verdict": verdict,
                                                        "tables": {str(s): r for s, r in tables.items()}}, indent=1))

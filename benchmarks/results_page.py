@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGE = ROOT / "docs" / "results.md"
 NAME = re.compile(r"(?P<date>\d{4}-\d{2}-\d{2})-(?P<commit>[0-9a-f]{7,40})-(?P<machine>[a-z0-9]+)-(?P<what>.+)")
-MACHINES = {"h200": "H200 (the GPU box)", "cpu": "CPU (the 2-core box)", "other": "Other files"}
+MACHINES = {"h200": "H200 (the GPU box)", "h100": "H100 (the GPU box, on days it lends one)", "cpu": "CPU (the 2-core box)", "other": "Other files"}
 BINARY = {".png": "(a picture)"}
 
 
