@@ -75,6 +75,9 @@ def test_for_dtype_keeps_the_runs_template_instances_and_untyped_kernels():
     assert [k["name"] for k in resources.for_dtype(kernels, "float64")] == ["k<double>", "plain", "v<float4>", "w<4, double>"]
     half = [{"name": "k<__half>"}, {"name": "k<c10::Half>"}, {"name": "k<float>"}]
     assert [k["name"] for k in resources.for_dtype(half, "float16")] == ["k<__half>", "k<c10::Half>"]
+    elided = [{"name": f"{name}<...>", "signature": f"void ns::{name}<{t}>({t} const*, long)"}
+              for name, t in (("matmul_nt_warp_specialized", "__nv_bfloat16"), ("matmul_nt_warp_specialized", "__half"))]
+    assert [k["signature"] for k in resources.for_dtype(elided, "bfloat16")] == [elided[0]["signature"]]
 
 
 @pytest.mark.parametrize("threads, regs, smem, blocks, percent, limit", [

@@ -109,10 +109,11 @@ SPELLINGS = {"float32": ("float",), "float64": ("double",), "float16": ("half", 
 def for_dtype(kernels: list[dict], dtype: str) -> list[dict]:
     """Without a GPU to say which kernels ran: leave out the template instances for another dtype.
 
-    A kernel whose template arguments name the run's C++ type stays, and so does one that names none.
+    A kernel whose template arguments name the run's C++ type stays, and so does one that names none. They
+    are read from the whole signature where there is one: a long short name elides them (`k<...>`).
     """
     def dtypes(k: dict) -> set[str]:
-        args = k["name"].partition("<")[2]
+        args = k.get("signature", k["name"]).partition("(")[0].partition("<")[2]
         return {d for d, names in SPELLINGS.items() if any(re.search(rf"\b{n}\b", args) for n in names)}
 
     return [k for k in kernels if not dtypes(k) or dtype in dtypes(k)]
