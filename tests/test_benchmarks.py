@@ -142,7 +142,7 @@ def test_the_ladder_picture_is_drawn_from_the_json_the_benchmark_writes(tmp_path
 
 
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
-NAMED = re.compile(r"\d{4}-\d{2}-\d{2}-[0-9a-f]{7}-(h200|cpu)-[\w.+-]+")
+NAMED = re.compile(r"\d{4}-\d{2}-\d{2}-[0-9a-f]{7}-(h200|h100|cpu)-[\w.+-]+")
 
 
 def test_each_results_file_is_named_by_its_date_commit_and_machine():
@@ -166,7 +166,7 @@ def test_the_tensor_core_ladders_picture_is_drawn_from_its_json(tmp_path, monkey
 
     import linear_half_gpu
 
-    rungs = ["cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized"]
+    rungs = ["cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized", "cuda-cluster"]
     table = lambda scale: [{"contender": linear_half_gpu.CUBLAS, "pct_of_cublas": 100.0},  # noqa: E731
                            *({"contender": r, "pct_of_cublas": scale * (20 + 15 * k)} for k, r in enumerate(rungs))]
     record = {"gpu": "NVIDIA H200", "dtype": "bfloat16",

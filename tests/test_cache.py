@@ -22,8 +22,13 @@ def test_clean_during_a_build_waits_for_it_and_the_build_passes(tmp_path):
     cache, folder = private_cache(tmp_path / "cache"), tmp_path / "sum"
     shutil.copytree(ROOT / "snippets" / "sum", folder)
     (folder / "sum.cpp").write_text((folder / "sum.cpp").read_text() + "\n// a source of this test's own\n")
+    slow = tmp_path / "slow-c++"  # a compile that takes its time: clean starts while the build still holds its lock
+    slow.write_text(f"#!/bin/sh\ncase \"$*\" in *c++-header*) ;; *\" -c \"*) sleep 4 ;; esac\n"
+                    f"exec {shutil.which(os.environ.get('CXX', 'c++'))} \"$@\"\n")
+    slow.chmod(0o755)
     build = subprocess.Popen([*KPLAY, "run", str(folder), "--device", "cpu", "--n", "1e3", "--no-bench"],
-                             env=env(cache), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             env={**env(cache), "CXX": str(slow)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
     deadline = time.monotonic() + 60
     while not any(cache.glob("locks/kplay_sum_cpp_*.lock")) and time.monotonic() < deadline:  # compiling now
         time.sleep(0.05)

@@ -1,6 +1,7 @@
 // What the Hopper steps add to tensor.cuh (cuda-wgmma and up, built for sm_90a): wgmma, the warpgroup's
 // matrix multiply that reads its operands from shared memory through descriptors; mbarriers and TMA, the copy
-// engine that moves a whole tile and says so on an mbarrier (cuda-tma); setmaxnreg (cuda-warp-specialized).
+// engine that moves a whole tile and says so on an mbarrier (cuda-tma); setmaxnreg (cuda-warp-specialized);
+// clusters, TMA multicast and arrivals on another block's barriers (cuda-cluster).
 #pragma once
 #include "tensor.cuh"
 
@@ -152,6 +153,36 @@ const char* tensor_map(CUtensorMap* map, const T* P, int64_t rows, int64_t cols,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // zeros past the matrix
   return r == CUDA_SUCCESS ? nullptr : "linear: the driver refused a tensor map (cuTensorMapEncodeTiled)";
+}
+
+// ---- cuda-cluster: two blocks of a thread-block cluster, one copy of B for both -----------------------------
+
+// This block's rank in its cluster (0 or 1 for a cluster of two).
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// Every thread of every block in the cluster: what each wrote before is seen by all after (the barriers' init).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// tma_load to the same place in the shared memory of each block of `blocks` (a bit per rank in the cluster),
+// completing each one's barrier at bar's place with the box's bytes.
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int k, int row, uint64_t* bar,
+                                                   uint16_t blocks) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_address(dst)),
+      "l"(map), "r"(k), "r"(row), "r"(smem_address(bar)), "h"(blocks)
+      : "memory");
+}
+// Arrive on the barrier at bar's place in block `rank` of the cluster, this block's or another's: mapa turns
+// this block's shared address into that block's.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, unsigned rank) {
+  uint32_t there;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(there) : "r"(smem_address(bar)), "r"(rank));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(there) : "memory");
 }
 
 // ---- cuda-warp-specialized: registers moved between warpgroups ------------------------------------------
