@@ -83,10 +83,12 @@ def runs(req: Request, on_event=events.ignore, sanitize: str | None = None, pool
     """`kplay run`: its record, then with --variant all and no --dtype one more per dtype the other variants
     take first (linear's tensor-core steps: bfloat16), each against the baselines in that dtype."""
     first = run(req, on_event, sanitize, pool)
-    more = [_run_or_error(dataclasses.replace(req, dtype=d, own_dtypes=False), on_event, sanitize, pool)
+    later = dataclasses.replace(req, own_dtypes=False, given_params=())  # the first run warned of unused params
+    more = [_run_or_error(dataclasses.replace(later, dtype=d), on_event, sanitize, pool)
             for d in first.get("other_dtypes", [])]
-    if more:
-        first["other_runs"] = more  # --json prints the first record: the others inside it
+    if more:  # --json prints the first record: the others inside it, and the verdict of them all
+        first |= {"other_runs": more, "all_ok": all(r.get("ok", False) for r in [first, *more]),
+                  "all_exit_code": max(r["exit_code"] for r in [first, *more])}
     return [first, *more]
 
 

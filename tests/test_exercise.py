@@ -218,6 +218,24 @@ def test_a_variant_takes_its_own_dtypes_and_check_grades_only_those(kplay, tmp_p
     assert shown.index("mysum · cpu · float32") < shown.index("mysum · cpu · float64"), shown
     one = kplay("run", folder, "--variant", "all", "--device", "cpu", "--dtype", "float64", "--no-bench", "--json")
     assert [v["variant"] for v in json.loads(one.stdout)["variants"]] == ["cpp"] and "other_runs" not in one.stdout
+    assert rec["all_ok"] is True and rec["all_exit_code"] == 0, rec  # the verdict of every run
+    # --against an earlier record: each run compared with that record's run in its dtype
+    (tmp_path / "before.json").write_text(kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000",
+                                                "--json").stdout)
+    again = kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000", "--against", tmp_path / "before.json")
+    assert again.exit_code == 0 and again.stdout.count("against before") == 2, again.output  # a table per run
+    again = json.loads(kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000", "--json",
+                             "--against", tmp_path / "before.json").stdout)
+    assert [c["name"] for c in again["other_runs"][0]["against"]["contenders"]] == ["cpp", "torch.sum"], again
+    # a --param a later run's variant uses is no 'unused' warning in the first run; one no run uses is one line
+    warned = lambda r: " ".join(r.output.split()).count("--param threads: no chosen variant uses it")  # noqa: E731
+    idle = kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000", "--no-bench", "--param", "threads=128")
+    assert idle.exit_code == 0 and warned(idle) == 1, idle.output
+    (folder / "sum64.cpp").write_text((folder / "sum.cpp").read_text() + "\n// {{threads}} threads: this test's\n")
+    toml.write_text(toml.read_text().replace('sources = ["sum.cpp"]\ndtypes = ["float64"]', 'sources = ["sum64.cpp"]\ndtypes = ["float64"]', 1))
+    used = kplay("run", folder, "--variant", "all", "--device", "cpu", "--n", "1000", "--no-bench", "--param", "threads=128")
+    assert used.exit_code == 0 and warned(used) == 0, used.output
+    toml.write_text(toml.read_text().replace('sources = ["sum64.cpp"]', 'sources = ["sum.cpp"]', 1))
     # a follow-on run that fails keeps the table before it, and its own error is one line; the pool keeps the flag
     (folder / "broken.cpp").write_text("this is not C++\n")
     toml.write_text(toml.read_text().replace('sources = ["sum.cpp"]\ndtypes = ["float64"]',

@@ -246,16 +246,16 @@ def run(ctx: typer.Context, name: Name = None, size: Sizes = None, device: Dev =
     with spinner(err) as on_event:
         results = engine.runs(req, on_event, sanitize, pool)  # several: --variant all over the variants' dtypes
     for k, result in enumerate(results[:1] if json_ else results):  # --json: the first holds the others
-        show_run(result, json_, sanitize, verbose, before if k == 0 else None, explain)
+        show_run(result, json_, sanitize, verbose, before, explain, first=k == 0)
     raise typer.Exit(max(r["exit_code"] for r in results))
 
 
 def show_run(result: dict, json_: bool, sanitize: str | None = None, verbose: bool = False, before: dict | None = None,
-             explain: bool = False) -> None:
-    """The run's table (none where a sanitizer's finding ended it), then what it found, or --against's table."""
+             explain: bool = False, first: bool = True) -> None:
+    """The run's table (none where a sanitizer's finding ended it), what it found, --against's table (this dtype's)."""
     if json_:
-        compared = {"against": engine.compare.record(before, result)} if before and "variants" in result else {}
-        return print(json.dumps(result | compared, indent=2))
+        return print(json.dumps(engine.compare.with_against(before, result, first), indent=2))
+    before = engine.compare.matched(before, result, first)
     if "variants" in result or "error" in result:  # a follow-on dtype's run may end in an error
         out.print(report.run_report(result, explain) if "variants" in result else report.error_line(result))
     if sanitize:

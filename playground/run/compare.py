@@ -27,15 +27,40 @@ def load(path: Path, req=None) -> dict:
         raise UsageError(f"--against {path}: {e.strerror.lower() if e.strerror else e}") from None
     except ValueError:
         raise UsageError(f"--against {path}: not JSON (write it with kplay run ... --json > {shlex.quote(str(path))})") from None
-    timed = lambda t: t is None or isinstance(t, dict) and all(k in t for k in ("median_s", "q1_s", "q3_s"))
-    if (not isinstance(record, dict) or "family" not in record or not isinstance(record.get("variants"), list)
-            or not all(isinstance(v, dict) and "variant" in v and timed(v.get("time")) for v in record["variants"])):
+    if not _is_run(record):
         raise UsageError(f"--against {path}: not a kplay run record (write it with kplay run ... --json)")
     theirs = {"family": record["family"], "sizes": record.get("sizes")}
     for key, ours in (("family", req and req.family), ("sizes", req and req.sizes)):
         if req is not None and theirs[key] != ours:
             raise UsageError(f"--against {path}: a run of {_shown(theirs[key])}, this one is of {_shown(ours)}")
     return record
+
+
+def _is_run(record) -> bool:
+    """A run's record with its variants' timings (or none), as --json writes it."""
+    timed = lambda t: t is None or isinstance(t, dict) and all(k in t for k in ("median_s", "q1_s", "q3_s"))  # noqa: E731
+    return (isinstance(record, dict) and "family" in record and isinstance(record.get("variants"), list)
+            and all(isinstance(v, dict) and "variant" in v and timed(v.get("time")) for v in record["variants"]))
+
+
+def of_dtype(before: dict | None, after: dict) -> dict | None:
+    """The run in `before` (its record, or one of its other_runs: --variant all over several dtypes) in the
+    dtype of `after`, else None."""
+    runs = [before, *before.get("other_runs", [])] if isinstance(before, dict) else []
+    return next((r for r in runs if _is_run(r) and r.get("dtype") == after.get("dtype")), None)
+
+
+def matched(before: dict | None, after: dict, first: bool = True) -> dict | None:
+    """What `after` compares with: `before`'s run in its dtype; for the first run, else `before` itself."""
+    return of_dtype(before, after) or (before if first else None)
+
+
+def with_against(before: dict | None, result: dict, first: bool = True) -> dict:
+    """`result`, and each of its other_runs, with an 'against': the comparison with `before`'s run (matched)."""
+    for r, top in [(result, first), *((r, False) for r in result.get("other_runs", []))]:
+        if (theirs := matched(before, r, top)) and "variants" in r:
+            r["against"] = record(theirs, r)
+    return result
 
 
 def rows(before: dict, after: dict) -> list[tuple[str, dict, dict, str]]:

@@ -64,6 +64,14 @@ def other_dtypes(fam, device: str, req: requests.Request) -> list[str]:
     return list(dict.fromkeys(firsts))
 
 
+def unused(fam, device: str, req: requests.Request, chosen: list, later: list[str]) -> list[str]:
+    """A warning for each --param no variant of this run, nor of the runs in the `later` dtypes, uses."""
+    everyone = chosen + [v for d in later for v in runnable(fam, device, dataclasses.replace(req, dtype=d))[0]]
+    taken = {k for v in everyone for k in v.params} | {k for k in req.params if k in fam.params and
+                                                       any(render.uses(fam, v, k) for v in everyone)}
+    return [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in taken]
+
+
 def build_all(fam, chosen: list, params: dict, on_event=events.ignore) -> dict:
     """{variant: (ops, BuildInfo)}, each build's loops read from its compiler's output."""
     built = {}
@@ -91,10 +99,10 @@ def execute(req: requests.Request, on_event=events.ignore) -> RunResult:
     with lease.held(key, exclusive=False, on_wait=waiting) as waited_first:
         built = build_all(fam, chosen, req.params, on_event)
         used = {k: v for k, v in req.params.items() if k in fam.params and any(render.uses(fam, c, k) for c in chosen)}
-        taken = {*used, *(k for c in chosen for k in c.params)}  # a variant's own: in its VariantResult
-        unused = [f"--param {k}: no chosen variant uses it" for k in dict.fromkeys(req.given_params) if k not in taken]
+        later = other_dtypes(fam, device, req)
         result = RunResult(fam.name, device, req.dtype, req.seed, req.sizes, used, torch.__version__,
-                           warnings=[*req.warnings, *unused, *skipped], other_dtypes=other_dtypes(fam, device, req))
+                           warnings=[*req.warnings, *unused(fam, device, req, chosen, later), *skipped],
+                           other_dtypes=later)
         dtype = getattr(torch, req.dtype)
         main = make_inputs(spec, req.sizes, dtype, device, req.seed, main_distribution(fam))
         _check_all(spec, fam, req, result, built, main, dtype, on_event)
