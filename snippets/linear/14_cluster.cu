@@ -8,9 +8,10 @@
 // one above the other. Each block copies its own A and half of the B they share, and that half lands in the
 // shared memory of both blocks at once, completing both blocks' full barriers. So a stage may be refilled
 // only when the consumers of both blocks are done with it: each consumer warp arrives on the empty barrier of
-// its own block and on its neighbour's. The cluster syncs once before the first copy (no copy may reach a
-// barrier its neighbour has not set up), and each producer waits, last, until every stage is empty again: the
-// neighbour's consumers arrive on this block's barriers until then, and the block must still be there.
+// its own block and on its neighbour's (lane 0 on rank 0's, lane 1 on rank 1's). The cluster syncs once before
+// the first copy (no copy may reach a barrier its neighbour has not set up), and each producer waits, last,
+// until every stage is empty again: the neighbour's consumers arrive on this block's barriers until then, and
+// the block must still be there.
 #include "hopper.cuh"  // tma_load(_multicast), tensor_map, mbarrier_*, cluster_*, wgmma_m64k16, setmaxnreg_*
 
 namespace KPLAY_NS {
@@ -27,12 +28,6 @@ __device__ __forceinline__ int2 pair_origin(int pair, int pairs_m, int tiles_n) 
   return make_int2((first + in_group % rows) * BM * CLUSTER, in_group / rows * BN);
 }
 
-// The consumers of both blocks are done with this stage: arrive on its empty barrier here and in the neighbour.
-__device__ __forceinline__ void release(uint64_t* empty) {
-#pragma unroll
-  for (unsigned rank = 0; rank < CLUSTER; ++rank) mbarrier_arrive_cluster(empty, rank);
-}
-
 template <typename T>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1)
 matmul_nt_cluster(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -43,7 +38,7 @@ matmul_nt_cluster(const __grid_constant__ CUtensorMap map_a, const __grid_consta
   __shared__ alignas(8) uint64_t full[STAGES], empty[STAGES];
   const int pairs_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER), tiles_n = (N + BN - 1) / BN;
   const int steps = (K + BK - 1) / BK, pairs = pairs_m * tiles_n;
-  const unsigned rank = cluster_rank();  // which of the pair's tiles is this block's: rows rank * BM on
+  const int rank = cluster_rank();  // which of the pair's tiles is this block's: rows rank * BM on
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) mbarrier_init(&full[s], 1), mbarrier_init(&empty[s], CLUSTER * CONSUMERS * 4);
     mbarrier_init_fence();
@@ -93,13 +88,14 @@ matmul_nt_cluster(const __grid_constant__ CUtensorMap map_a, const __grid_consta
         wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
       }
       wgmma_commit();
-      wgmma_wait<1>();  // the last step's multiply is done: its stage goes back to both producers
+      wgmma_wait<1>();  // the last step's multiply is done
       fence_registers(d);
-      if (step > 0 && lane == 0) release(&empty[(use - 1) % STAGES]);
+      // The last step's stage is free here: lane r of each warp says so to the block of rank r, this or the other.
+      if (step > 0 && lane < CLUSTER) mbarrier_arrive_cluster(&empty[(use - 1) % STAGES], lane);
     }
     wgmma_wait<0>();
     fence_registers(d);
-    if (steps > 0 && lane == 0) release(&empty[(use - 1) % STAGES]);
+    if (steps > 0 && lane < CLUSTER) mbarrier_arrive_cluster(&empty[(use - 1) % STAGES], lane);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
       store_fragment(C, ldc, bias, at.x + rank * BM + group * 64 + warp * 16, at.y + j * 8, M, N, d + 4 * j);
@@ -137,7 +133,7 @@ const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bi
   }
   // Persistent: as many clusters as fit at once (a cluster's two SMs come from one GPC), a pair of tiles each.
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(sms), config.blockDim = dim3(THREADS), config.dynamicSmemBytes = bytes;
+  config.gridDim = dim3(sms / CLUSTER * CLUSTER), config.blockDim = dim3(THREADS), config.dynamicSmemBytes = bytes;
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < 1) {
     (void)cudaGetLastError();  // no answer: a cluster per two SMs

@@ -158,8 +158,8 @@ const char* tensor_map(CUtensorMap* map, const T* P, int64_t rows, int64_t cols,
 // ---- cuda-cluster: two blocks of a thread-block cluster, one copy of B for both -----------------------------
 
 // This block's rank in its cluster (0 or 1 for a cluster of two).
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned rank;
+__device__ __forceinline__ int cluster_rank() {
+  int rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
   return rank;
 }
@@ -178,11 +178,12 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap*
       : "memory");
 }
 // Arrive on the barrier at bar's place in block `rank` of the cluster, this block's or another's: mapa turns
-// this block's shared address into that block's.
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, unsigned rank) {
+// this block's shared address into that block's. (A .release.cluster arrive would fence the whole GPU first;
+// what the arrival releases, wgmma's reads of a stage, is done once wgmma_wait returns.)
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, int rank) {
   uint32_t there;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(there) : "r"(smem_address(bar)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(there) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(there) : "memory");
 }
 
 // ---- cuda-warp-specialized: registers moved between warpgroups ------------------------------------------
