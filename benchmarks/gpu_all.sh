@@ -52,7 +52,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         linear-half-tests) step pytest-linear-half 400 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider \
                            tests/test_linear.py -k "tensor_core or run_all_times or hgmma or 16_bit or tf32 or tensor_pipe" ;;
         tensor-probe) step tensor-steps-probe 300 python3 benchmarks/probes/tensor_steps_probe.py ;;
-        racecheck-probe) step racecheck-probe 400 python3 benchmarks/probes/racecheck_probe.py --limit 90 ;;
+        racecheck-probe) step racecheck-probe 400 python3 benchmarks/probes/racecheck_probe.py --tools racecheck --limit 90 ;;
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
         sum-small) step sum-small 300 python3 benchmarks/sum_gpu.py --sizes 1e3,1e4,1e5,1e6,1e7,1e8,1e9 --runs 3 --out $R ;;
