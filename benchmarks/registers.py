@@ -14,7 +14,6 @@ import argparse
 
 from common import emit  # first: it puts the repository on sys.path
 
-import playground
 from playground.compiler import build, kernel_resources
 from playground.family import registry
 
@@ -40,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     family = registry.find("linear")
     lines = ["# linear's CUDA steps: registers and shared memory per kernel, from ptxas", "",
-             f"made by: python benchmarks/registers.py; {playground.__name__} builds with nvcc, no GPU. Spills: "
+             "made by: python benchmarks/registers.py; kplay builds with nvcc, no GPU. Spills: "
              "bytes stored and loaded; static shared memory in bytes (dynamic: the launch's).", "",
              "| step | kernel | dtypes | arch | registers | spills | static shared |",
              "|---|---|---|---|---:|---:|---:|", *rows(family)]
