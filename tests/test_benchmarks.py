@@ -166,7 +166,8 @@ def test_the_tensor_core_ladders_picture_is_drawn_from_its_json(tmp_path, monkey
 
     import linear_half_gpu
 
-    rungs = ["cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized", "cuda-cluster"]
+    rungs = ["cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized", "cuda-cluster",
+             "cuda-tma-store"]
     table = lambda scale: [{"contender": linear_half_gpu.CUBLAS, "pct_of_cublas": 100.0},  # noqa: E731
                            *({"contender": r, "pct_of_cublas": scale * (20 + 15 * k)} for k, r in enumerate(rungs))]
     record = {"gpu": "NVIDIA H200", "dtype": "bfloat16",

@@ -295,7 +295,7 @@ RUNGS = ["tree", "first-add", "shuffle", "fast"]
 CPU_EXERCISES = ["print_array/cpp", "sum/cpp", "linear/cpp", "lltm/cpp"]
 LINEAR_RUNGS = ["cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled", "cuda-warptile", "cuda-double-buffer",
                 "cuda-tensor-core", "cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized",
-                "cuda-cluster"]
+                "cuda-cluster", "cuda-tma-store"]
 # cuda-naive is the ladder's first step, no exercise
 BUILT_IN = [f"sum/{r}" for r in RUNGS] + [f"linear/{r}" for r in LINEAR_RUNGS] + ["lltm/cuda", *CPU_EXERCISES]
 

@@ -18,8 +18,9 @@ spec = specs.module(FAMILY)
 CUDA_VARIANTS = ["cuda-naive", "cuda-smem", "cuda-1d", "cuda-2d", "cuda-tiled", "cuda-warptile",
                  "cuda-double-buffer", "cuda-tensor-core"]  # the ladder, in order: float32 and float64
 HALF_VARIANTS = ["cuda-mma", "cuda-pipeline", "cuda-wgmma", "cuda-tma", "cuda-warp-specialized",
-                 "cuda-cluster"]  # then 16-bit
-HOPPER = {"cuda-wgmma", "cuda-tma", "cuda-warp-specialized", "cuda-cluster"}  # built for sm_90a alone
+                 "cuda-cluster", "cuda-tma-store"]  # then 16-bit
+HOPPER = {"cuda-wgmma", "cuda-tma", "cuda-warp-specialized", "cuda-cluster",
+          "cuda-tma-store"}  # built for sm_90a alone
 
 # (batch, in, out): 1s, primes, not multiples of the 128-wide tiles nor of the 4-wide vector loads.
 SHAPES = [(1, 17, 1023), (17, 1023, 1), (1023, 1, 17), (1000, 1000, 1023), (4, 3, 5), (130, 260, 129)]

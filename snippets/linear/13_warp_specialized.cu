@@ -51,14 +51,16 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
     for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
       const int2 at = tile_origin(tile, tiles_m, tiles_n);
       for (int step = 0; step < steps; ++step, ++use) {
-        // kplay:todo Wait until stage use % STAGES is empty, then expect STAGE_BYTES on its full barrier, copy A and B.
-        // kplay:why Round r of a stage (use / STAGES) waits for the consumers' release in round r - 1: parity
-        // kplay:why (r - 1) % 2; round 0 finds every stage empty.
         const int s = use % STAGES, round = use / STAGES;
-        if (round > 0) mbarrier_wait(&empty[s], (round - 1) % 2);
+        if (round > 0) mbarrier_wait(&empty[s], (round - 1) % 2);  // round r waits for the release in round r - 1
+        // kplay:todo Fill stage s: expect STAGE_BYTES on its full barrier, and copy A's and B's tiles into it.
+        // kplay:why The phase completes when the producer has arrived and the copies' bytes have landed; an
+        // kplay:why arrival alone lets the consumers multiply whatever the stage held.
         mbarrier_arrive_expect(&full[s], STAGE_BYTES);
         tma_load(stages + s * STAGE, &map_a, step * BK, at.x, &full[s]);
         tma_load(stages + s * STAGE + BM * BK, &map_b, step * BK, at.y, &full[s]);
+        // kplay:stub
+        // mbarrier_arrive(&full[s]);  // no copies yet: the stage's old contents are multiplied
         // kplay:end
       }
     }

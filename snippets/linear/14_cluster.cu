@@ -52,16 +52,18 @@ matmul_nt_cluster(const __grid_constant__ CUtensorMap map_a, const __grid_consta
     for (int pair = blockIdx.x / CLUSTER; pair < pairs; pair += gridDim.x / CLUSTER) {
       const int2 at = pair_origin(pair, pairs_m, tiles_n);
       for (int step = 0; step < steps; ++step, ++use) {
-        // kplay:todo Wait for stage use % STAGES empty, expect STAGE_BYTES; copy A, and B's half `rank` to both blocks.
-        // kplay:why Both blocks' full barriers expect the whole stage: their A, their half of B and their
-        // kplay:why neighbour's half, which tma_load_multicast(..., 0b11) sends to the same place in each.
         const int s = use % STAGES, round = use / STAGES;
         if (round > 0) mbarrier_wait(&empty[s], (round - 1) % 2);
+        // kplay:todo Expect STAGE_BYTES on stage s's full barrier; copy A, and B's half `rank` to both blocks.
+        // kplay:why Both blocks' full barriers expect the whole stage: their A, their half of B and their
+        // kplay:why neighbour's half, which tma_load_multicast(..., 0b11) sends to the same place in each.
         mbarrier_arrive_expect(&full[s], STAGE_BYTES);
         T* stage = stages + s * STAGE;
         tma_load(stage, &map_a, step * BK, at.x + rank * BM, &full[s]);
         tma_load_multicast(stage + (BM + rank * HALF_B) * BK, &map_b, step * BK, at.y + rank * HALF_B, &full[s],
                            (1 << CLUSTER) - 1);
+        // kplay:stub
+        // mbarrier_arrive(&full[s]);  // no copies yet: the stage's old contents are multiplied
         // kplay:end
       }
     }

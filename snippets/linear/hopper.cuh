@@ -1,7 +1,8 @@
 // What the Hopper steps add to tensor.cuh (cuda-wgmma and up, built for sm_90a): wgmma, the warpgroup's
 // matrix multiply that reads its operands from shared memory through descriptors; mbarriers and TMA, the copy
 // engine that moves a whole tile and says so on an mbarrier (cuda-tma); setmaxnreg (cuda-warp-specialized);
-// clusters, TMA multicast and arrivals on another block's barriers (cuda-cluster).
+// clusters, TMA multicast and arrivals on another block's barriers (cuda-cluster); TMA stores and named
+// barriers (cuda-tma-store).
 #pragma once
 #include "tensor.cuh"
 
@@ -184,6 +185,33 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, int rank)
   uint32_t there;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(there) : "r"(smem_address(bar)), "r"(rank));
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(there) : "memory");
+}
+
+// ---- cuda-tma-store: C written by the copy engine from shared memory -------------------------------------
+
+// The box of the tensor map at (col, row), shared -> global, in this thread's current bulk group; the box's
+// rows and columns past the matrix are not written.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, int col, int row, const void* src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(col),
+               "r"(row), "r"(smem_address(src))
+               : "memory");
+}
+// Close this thread's current bulk group (the stores since the last commit).
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups are still reading their shared memory (it may be reused).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Wait until at most N of this thread's bulk groups are still in flight (their writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// A barrier for the 128 threads of warpgroup `group` of the consumers alone (named barrier 1 + group; 0 is
+// __syncthreads's).
+__device__ __forceinline__ void warpgroup_sync(int group) {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + group) : "memory");
 }
 
 // ---- cuda-warp-specialized: registers moved between warpgroups ------------------------------------------

@@ -174,6 +174,18 @@ __device__ __forceinline__ void copy_tile_async(uint4* tile, const T* P, int64_t
 
 // ---- every step: C from the fragments --------------------------------------------------------------------
 
+// out[0] and out[1] = v0 and v1 rounded to T, in one store (out aligned to the pair's size).
+template <typename T>
+__device__ __forceinline__ void store_two(T* out, float v0, float v1) {
+  if constexpr (std::is_same_v<T, float>) {
+    *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    *reinterpret_cast<__half2*>(out) = __floats2half2_rn(v0, v1);
+  }
+}
+
 // C[m][n] and C[m][n + 1] = v + bias, rounded once to T; columns past N and rows past M skipped. One 4-byte
 // store where both columns are in and the pair is aligned (even ldc), else two.
 template <typename T>
@@ -186,13 +198,7 @@ __device__ __forceinline__ void store_pair(T* C, int64_t ldc, const T* bias, int
   }
   T* out = C + m * ldc + n;
   if (n + 1 < N && ldc % 2 == 0) {
-    if constexpr (std::is_same_v<T, float>) {
-      *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
-    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v0, v1);
-    } else {
-      *reinterpret_cast<__half2*>(out) = __floats2half2_rn(v0, v1);
-    }
+    store_two(out, v0, v1);
     return;
   }
   out[0] = rounded<T>(v0);
