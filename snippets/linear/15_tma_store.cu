@@ -26,22 +26,21 @@ __device__ __forceinline__ int2 pair_origin(int pair, int pairs_m, int tiles_n) 
   return make_int2((first + in_group % rows) * BM * CLUSTER, in_group / rows * BN);
 }
 
-// The consumer's 64 x BN sums plus the bias, rounded once, into its staging tile: BN / BOX boxes of 64 rows of
-// 128 bytes in the 128-byte swizzle, as a TMA store of map_c reads them. Thread t of warp w holds rows
-// 16 w + t / 4 and + 8, columns 2 (t % 4) and + 1 of every 8 (wgmma's layout); each pair is one 4-byte store,
-// and a warp's stores fall in 32 different banks (eight rows, each its chunk at a different place).
+// The consumer's 64 x BN sums plus the tile's bias (BN floats in shared memory), rounded once, into its staging
+// tile: BN / BOX boxes of 64 rows of 128 bytes in the 128-byte swizzle, as a TMA store of map_c reads them.
+// Thread t of warp w holds rows 16 w + t / 4 and + 8, columns 2 (t % 4) and + 1 of every 8 (wgmma's layout);
+// each pair is one 4-byte store, and a warp's stores fall in 32 different banks (eight rows, each its chunk at
+// a different place).
 template <typename T>
-__device__ __forceinline__ void stage_tile(T* tile, const float* d, const T* bias, int col0, int N) {
+__device__ __forceinline__ void stage_tile(T* tile, const float* d, const float* bias) {
   const int lane = threadIdx.x % 32, r = threadIdx.x % 128 / 32 * 16 + lane / 4;
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
-    const int c = j * 8 + 2 * (lane % 4), n = col0 + c;
-    const float b0 = bias != nullptr && n < N ? to_float(bias[n]) : 0.0f;
-    const float b1 = bias != nullptr && n + 1 < N ? to_float(bias[n + 1]) : 0.0f;
+    const int c = j * 8 + 2 * (lane % 4);
     T* box = tile + c / BOX * BOX * 64;
     for (int half = 0; half < 2; ++half) {
       const int at = swizzled(r + 8 * half, c % BOX / 8) * 8 + c % 8;
-      store_two(box + at, d[4 * j + 2 * half] + b0, d[4 * j + 2 * half + 1] + b1);
+      store_two(box + at, d[4 * j + 2 * half] + bias[c], d[4 * j + 2 * half + 1] + bias[c + 1]);
     }
   }
 }
@@ -89,9 +88,14 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
   const int group = role - 1, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   const bool leader = threadIdx.x % 128 == 0;  // the thread that hands the consumer's tile to TMA
   T* mine = staging + group * 64 * BN;
+  __shared__ float2 tile_bias[CONSUMERS][BN / 2];  // each consumer's copy of its tile's bias
   int use = 0;
   for (int pair = blockIdx.x / CLUSTER; pair < pairs; pair += gridDim.x / CLUSTER) {
     const int2 at = pair_origin(pair, pairs_m, tiles_n);
+    // Two of the tile's bias values a thread, asked for now, needed only at the end: the load's time is hidden.
+    const int n = at.y + 2 * (threadIdx.x % 128);
+    const float2 b = make_float2(bias != nullptr && n < N ? to_float(bias[n]) : 0.0f,
+                                 bias != nullptr && n + 1 < N ? to_float(bias[n + 1]) : 0.0f);
     float d[BN / 2] = {};
     for (int step = 0; step < steps; ++step, ++use) {
       const int s = use % STAGES;
@@ -124,8 +128,9 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
     // kplay:why The fence makes the warpgroup's ordinary stores visible to the copy engine (the async proxy);
     // kplay:why the sync makes sure every thread's are in before the leader starts the copies.
     if (leader) bulk_wait_read<0>();
+    tile_bias[group][threadIdx.x % 128] = b;  // the last tile's were read before the last sync
     warpgroup_sync(group);
-    stage_tile(mine, d, bias, at.y, N);
+    stage_tile(mine, d, reinterpret_cast<const float*>(tile_bias[group]));
     fence_proxy_async();
     warpgroup_sync(group);
     if (leader) {
@@ -134,7 +139,7 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
     }
     // kplay:end
   }
-  if (leader) bulk_wait<0>();  // every store written before the block (and its shared memory) is gone
+  if (leader) bulk_wait_read<0>();  // every store has read its tile before the block's shared memory is gone
 #else
   __trap();  // built for sm_90a alone: kplay refuses another GPU before the build
 #endif

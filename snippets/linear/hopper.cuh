@@ -203,11 +203,6 @@ template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
-// Wait until at most N of this thread's bulk groups are still in flight (their writes done).
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
-}
 // A barrier for the 128 threads of warpgroup `group` of the consumers alone (named barrier 1 + group; 0 is
 // __syncthreads's).
 __device__ __forceinline__ void warpgroup_sync(int group) {
