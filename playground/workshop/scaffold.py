@@ -111,9 +111,12 @@ def _size_table(fam: Family, key: str) -> int | dict:
 
 def _variant_table(v: Variant) -> dict:
     table = {"device": v.device, "sources": list(v.sources), "note": v.note}
-    for key in ("cflags", "cuda_cflags", "ldflags", "libraries", "includes"):
+    for key in ("cflags", "cuda_cflags", "ldflags", "libraries", "includes", "dtypes"):
         if getattr(v, key):
             table[key] = list(getattr(v, key))
+    for key in ("math", "arch"):  # what it is graded in, and the GPU it is built for
+        if getattr(v, key):
+            table[key] = getattr(v, key)
     return table
 
 
