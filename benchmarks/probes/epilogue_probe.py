@@ -1,12 +1,12 @@
-"""What the store of C costs the top of the tensor-core ladder: cuda-cluster as it is, the same kernel with its
-stores of C left out (the sums still made, nothing written), and cuda-tma-store, against F.linear (cuBLAS).
+"""What the store of C costs the top of the tensor-core ladder: cuda-cluster and cuda-tma-store as they are, and
+each with its stores of C left out (the sums still made, nothing written), against F.linear (cuBLAS).
 
     python benchmarks/probes/epilogue_probe.py [--runs 1] [--budget 0.5]
 
 bfloat16, at the three shapes of benchmarks/linear_half_gpu.py; kplay's timer (CUDA events, contenders taking
 turns), the median of --runs runs' medians. The copy without stores is kplay's solution ejected to a temporary
-folder with its store_fragment loop made conditional on a value the sums never take; its y is not checked (it
-writes none). Needs the H100 or H200 (sm_90a).
+folder with its stores of C made conditional on a value the sums never take; its y is not checked (it writes
+none). Needs the H100 or H200 (sm_90a).
 """
 
 from __future__ import annotations
@@ -31,13 +31,18 @@ CLI = [sys.executable, str(Path(__file__).resolve().parents[2] / "cli.py")]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 4096, 1024)]
 
 
-def without_stores(folder: Path) -> Path:
-    """cuda-cluster's solution in folder, its stores of C behind `if (d[4 * j] == -1234.5f)`."""
-    subprocess.run([*CLI, "eject", "linear", str(folder), "--variant", "cuda-cluster", "--solution"], check=True,
+# What each step's stores of C are, and the condition that leaves them out (a value the sums never take).
+STORES = {"cuda-cluster": (r"(\n\s*)(store_fragment\(C,)", r"\1if (d[4 * j] == -1234.5f) \2"),
+          "cuda-tma-store": (r"(\n\s*)(for \(int box = 0;)", r"\1if (d[0] == -1234.5f) \2")}
+
+
+def without_stores(folder: Path, variant: str) -> Path:
+    """The variant's solution in folder, its stores of C behind a condition that never holds."""
+    subprocess.run([*CLI, "eject", "linear", str(folder), "--variant", variant, "--solution"], check=True,
                    capture_output=True)
-    source = next(folder.glob("*_cluster.cu"))
-    text, count = re.subn(r"(\n\s*)(store_fragment\(C,)", r"\1if (d[4 * j] == -1234.5f) \2", source.read_text())
-    assert count == 1, f"expected one store_fragment call in {source.name}, found {count}"
+    source = next(folder.glob(f"*_{variant.removeprefix('cuda-').replace('-', '_')}.cu"))
+    text, count = re.subn(*STORES[variant], source.read_text())
+    assert count == 1, f"expected one store of C in {source.name}, found {count}"
     source.write_text(text)
     return folder
 
@@ -49,10 +54,11 @@ def main() -> int:
     args = ap.parse_args()
     spec = load_spec("linear")
     with tempfile.TemporaryDirectory() as tmp:
-        ops = {"cuda-cluster": playground.load("linear", variant="cuda-cluster", device="cuda"),
-               "cuda-cluster, no stores": playground.load(str(without_stores(Path(tmp))), variant="cuda-cluster",
-                                                          device="cuda"),
-               "cuda-tma-store": playground.load("linear", variant="cuda-tma-store", device="cuda")}
+        ops = {}
+        for variant in STORES:
+            ops[variant] = playground.load("linear", variant=variant, device="cuda")
+            folder = without_stores(Path(tmp) / variant, variant)
+            ops[f"{variant}, no stores"] = playground.load(str(folder), variant=variant, device="cuda")
     print(f"# The store of C at the top of the ladder, bfloat16, {torch.cuda.get_device_name()}\n")
     print("made by: python benchmarks/probes/epilogue_probe.py "
           f"--runs {args.runs} --budget {args.budget}; median ms, and % of cuBLAS\n")
