@@ -5,18 +5,21 @@
 // C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. In step 14 a consumer
 // ends each tile with 64 stores of 4 bytes per thread, 8 rows of 16 bytes per warp instruction, each to wait
 // for in the memory pipeline while the tensor cores idle: the next tile's multiplies start only after. Here
-// each consumer writes its 64 x 256 sums (plus the bias, rounded once) to a tile of its own in shared memory,
-// in the 128-byte swizzle (no bank conflicts), and one thread hands it to TMA: four boxes of 64 x 64, which
-// the copy engine writes to C while the warpgroup goes on to its next tile. The tile is written again only
-// once the engine has read it (cp.async.bulk.wait_group.read). The two staging tiles take 64 KB, so three
-// stages of A and B fit where four did. A C whose rows are not 16-byte aligned is stored as in step 14.
+// each consumer writes its 64 x 256 sums (plus the bias, rounded once) to shared memory, in the 128-byte
+// swizzle (no bank conflicts), and one thread hands them to TMA in boxes of 64 x 64, which the copy engine
+// writes to C while the warpgroup goes on to its next tile. Four stages of A and B (192 KB) leave room for
+// 64 x 128 values a consumer (16 KB), so its sums go in two halves: the second is written once the engine
+// has read the first (cp.async.bulk.wait_group.read), and the next tile's first once it has read the second.
+// (Whole tiles leave room for three stages, and a grid of one round of tiles ran slower so: see
+// benchmarks/probes/epilogue_probe.py.) A C whose rows are not 16-byte aligned is stored as in step 14.
 #include "hopper.cuh"  // tma_load(_multicast), tma_store, bulk_*, tensor_map, mbarrier_*, cluster_*, wgmma_m64k16
 
 namespace KPLAY_NS {
 
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 3, GROUP_M = 8, CLUSTER = 2;
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, GROUP_M = 8, CLUSTER = 2;
 constexpr int CONSUMERS = BM / 64, THREADS = 128 * (1 + CONSUMERS);  // warpgroup 0 copies, the others multiply
 constexpr int STAGE = (BM + BN) * BK, STAGE_BYTES = STAGE * 2, HALF_B = BN / CLUSTER, BOX = 64;
+constexpr int HALF_C = BN / 2;  // the columns of C a consumer stages at once
 
 // The pair-th pair of tiles of C (CLUSTER tiles one above the other) in the grouped order: (its first row, its
 // first column).
@@ -26,21 +29,21 @@ __device__ __forceinline__ int2 pair_origin(int pair, int pairs_m, int tiles_n) 
   return make_int2((first + in_group % rows) * BM * CLUSTER, in_group / rows * BN);
 }
 
-// The consumer's 64 x BN sums plus the tile's bias (BN floats in shared memory), rounded once, into its staging
-// tile: BN / BOX boxes of 64 rows of 128 bytes in the 128-byte swizzle, as a TMA store of map_c reads them.
-// Thread t of warp w holds rows 16 w + t / 4 and + 8, columns 2 (t % 4) and + 1 of every 8 (wgmma's layout);
-// each pair is one 4-byte store, and a warp's stores fall in 32 different banks (eight rows, each its chunk at
-// a different place).
+// HALF_C columns of the consumer's 64 rows of sums (d, from the half's first) plus their bias, rounded once,
+// into its staging tile: HALF_C / BOX boxes of 64 rows of 128 bytes in the 128-byte swizzle, as a TMA store of
+// map_c reads them. Thread t of warp w holds rows 16 w + t / 4 and + 8, columns 2 (t % 4) and + 1 of every 8
+// (wgmma's layout); each pair is one 4-byte store, and a warp's stores fall in 32 different banks (eight rows,
+// each its chunk at a different place).
 template <typename T>
-__device__ __forceinline__ void stage_tile(T* tile, const float* d, const float* bias) {
+__device__ __forceinline__ void stage_half(T* tile, const float* d, const T* bias) {
   const int lane = threadIdx.x % 32, r = threadIdx.x % 128 / 32 * 16 + lane / 4;
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
+  for (int j = 0; j < HALF_C / 8; ++j) {
     const int c = j * 8 + 2 * (lane % 4);
     T* box = tile + c / BOX * BOX * 64;
-    for (int half = 0; half < 2; ++half) {
-      const int at = swizzled(r + 8 * half, c % BOX / 8) * 8 + c % 8;
-      store_two(box + at, d[4 * j + 2 * half] + bias[c], d[4 * j + 2 * half + 1] + bias[c + 1]);
+    for (int row = 0; row < 2; ++row) {
+      const int at = swizzled(r + 8 * row, c % BOX / 8) * 8 + c % 8;
+      store_two(box + at, d[4 * j + 2 * row] + to_float(bias[c]), d[4 * j + 2 * row + 1] + to_float(bias[c + 1]));
     }
   }
 }
@@ -87,15 +90,15 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
   setmaxnreg_inc<232>();
   const int group = role - 1, warp = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
   const bool leader = threadIdx.x % 128 == 0;  // the thread that hands the consumer's tile to TMA
-  T* mine = staging + group * 64 * BN;
-  __shared__ float2 tile_bias[CONSUMERS][BN / 2];  // each consumer's copy of its tile's bias
+  T* mine = staging + group * 64 * HALF_C;
+  __shared__ T tile_bias[CONSUMERS][BN];  // each consumer's copy of its tile's bias
   int use = 0;
   for (int pair = blockIdx.x / CLUSTER; pair < pairs; pair += gridDim.x / CLUSTER) {
     const int2 at = pair_origin(pair, pairs_m, tiles_n);
     // Two of the tile's bias values a thread, asked for now, needed only at the end: the load's time is hidden.
     const int n = at.y + 2 * (threadIdx.x % 128);
-    const float2 b = make_float2(bias != nullptr && n < N ? to_float(bias[n]) : 0.0f,
-                                 bias != nullptr && n + 1 < N ? to_float(bias[n + 1]) : 0.0f);
+    const T b0 = bias != nullptr && n < N ? bias[n] : rounded<T>(0.0f);
+    const T b1 = bias != nullptr && n + 1 < N ? bias[n + 1] : rounded<T>(0.0f);
     float d[BN / 2] = {};
     for (int step = 0; step < steps; ++step, ++use) {
       const int s = use % STAGES;
@@ -124,20 +127,26 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
       for (int j = 0; j < BN / 8; ++j) store_fragment(C, ldc, bias, row + warp * 16, at.y + j * 8, M, N, d + 4 * j);
       continue;
     }
-    // kplay:todo Once TMA has read the last tile's staging, stage this one, fence, sync, and store it (leader).
-    // kplay:why The fence makes the warpgroup's ordinary stores visible to the copy engine (the async proxy);
-    // kplay:why the sync makes sure every thread's are in before the leader starts the copies.
-    if (leader) bulk_wait_read<0>();
-    tile_bias[group][threadIdx.x % 128] = b;  // the last tile's were read before the last sync
-    warpgroup_sync(group);
-    stage_tile(mine, d, reinterpret_cast<const float*>(tile_bias[group]));
-    fence_proxy_async();
-    warpgroup_sync(group);
-    if (leader) {
-      for (int box = 0; box < BN / BOX; ++box) tma_store(&map_c, at.y + box * BOX, row, mine + box * BOX * 64);
-      bulk_commit();
+    tile_bias[group][2 * (threadIdx.x % 128)] = b0;  // the last tile's were read before its last sync
+    tile_bias[group][2 * (threadIdx.x % 128) + 1] = b1;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      // kplay:todo Once TMA has read the staging tile, stage this half, fence, sync, and store it (leader).
+      // kplay:why The fence makes the warpgroup's ordinary stores visible to the copy engine (the async proxy);
+      // kplay:why the sync makes sure every thread's are in before the leader starts the copies.
+      if (leader) bulk_wait_read<0>();
+      warpgroup_sync(group);
+      stage_half(mine, d + half * HALF_C / 2, tile_bias[group] + half * HALF_C);
+      fence_proxy_async();
+      warpgroup_sync(group);
+      if (leader) {
+        for (int box = 0; box < HALF_C / BOX; ++box) {
+          tma_store(&map_c, at.y + half * HALF_C + box * BOX, row, mine + box * BOX * 64);
+        }
+        bulk_commit();
+      }
+      // kplay:end
     }
-    // kplay:end
   }
   if (leader) bulk_wait_read<0>();  // every store has read its tile before the block's shared memory is gone
 #else
@@ -168,7 +177,7 @@ const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bi
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
     return launch_error();
   }
-  constexpr int bytes = STAGES * STAGE_BYTES + 2 * 64 * BN * 2 + 1024;  // 208 KB, and room to align the first tile
+  constexpr int bytes = STAGES * STAGE_BYTES + CONSUMERS * 64 * HALF_C * 2 + 1024;  // 224 KB, and room to align
   auto* kernel = matmul_nt_tma_store<T>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
     return launch_error();
