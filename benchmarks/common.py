@@ -46,9 +46,11 @@ class Runs:
 
 def results_name(what: str, machine: str) -> str:
     """A results file's name: the day, the commit measured and the machine first:
-    DATE-COMMIT-MACHINE-WHAT, e.g. a linear run on the H200 (machine: h200 or cpu)."""
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "nocommit"
+    DATE-COMMIT-MACHINE-WHAT, e.g. a linear run on the H200 (machine: h200 or cpu). KPLAY_COMMIT names the
+    commit where the checkout's git is not the code's (the GPU box's copy of .git can lag the files)."""
+    commit = os.environ.get("KPLAY_COMMIT") or subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = commit or "nocommit"
     return f"{time.strftime('%Y-%m-%d')}-{commit}-{machine}-{what}"
 
 

@@ -9,6 +9,7 @@
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 #            (K=EXPR narrows the parallel test steps' -k further)
 #            tolerance check-cost timing-change (both need .base: the commit before, git archive'd) readonly sandbox
+# KPLAY_COMMIT=abc1234 names the commit in the results files (the box's copy of .git can lag the files).
 set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT

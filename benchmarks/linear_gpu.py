@@ -8,7 +8,7 @@ the benchmark size, then times the forward with kplay's timer (playground.run.ti
 events, the contenders taking turns, at least 30 samples and --budget seconds, median and IQR), --runs
 times; a row is the median of the runs' medians. Beside each rung, the share of cuBLAS the same step
 reached in "How to optimize a CUDA Matmul Kernel for cuBLAS-like performance: a Worklog" (siboehm.com,
-fp32, 4096^2, an A6000). --tiles adds cuda-tiled at other tile shapes. Writes linear-<gpu>-<date>.json and
+fp32, 4096^2, an A6000). --tiles adds cuda-tiled at other tile shapes. Writes DATE-COMMIT-GPU-linear.json and
 .md under --out and prints the table last.
 """
 
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import ROOT, spec as load_spec  # first: it puts the repository on sys.path
+from common import ROOT, gpu_slug, results_name, spec as load_spec  # first: it puts the repository on sys.path
 
 import torch
 
@@ -244,7 +244,7 @@ def main() -> int:
               "timing": f"{rows[0]['method']}, 3 warm-ups, contenders taking turns, median", "rows": rows, "verdict": verdict}
     lines = markdown(rows, verdict, meta, s)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"linear-{meta['gpu'].split()[-1].lower()}-{meta['date']}"
+    stem = results_name("linear", gpu_slug(meta["gpu"]))
     (args.out / f"{stem}.json").write_text(json.dumps(record, indent=1))
     (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     try:
