@@ -352,7 +352,7 @@ def test_with_variant_all_a_param_applies_to_every_step_that_declares_it():
     req = request.make("linear", device="cuda", variant="all", params=["block_m=64"])
     built = {v.name: FAMILY.params_for(v, req.params) for v in FAMILY.variants_for("cuda")}
     assert {n for n, p in built.items() if p.get("block_m") == 64} == {"cuda-2d", "cuda-tiled", "cuda-warptile",
-                                                                     "cuda-double-buffer"}
+                                                                     "cuda-double-buffer", "cuda-pipeline"}
     assert built["cuda-1d"] == {"block": 64, "block_k": 8, "thread_m": 8} and built["cuda-smem"] == {"tile": 32}
     with pytest.raises(UsageError, match=r"--param block_m=32 \(cuda-warptile's\): valid values are 64, 128, 256"):
         request.make("linear", device="cuda", variant="all", params=["block_m=32"])
@@ -455,7 +455,9 @@ def test_a_folder_ejected_from_before_the_move_says_in_one_line_how_to_start_aga
     pytest.param("cuda-1d", {"block": 32, "block_k": 16, "thread_m": 4}, marks=pytest.mark.slow),
     pytest.param("cuda-tiled", {"block_m": 64, "block_n": 64, "block_k": 16, "thread_m": 4, "thread_n": 4}, marks=pytest.mark.slow),
     pytest.param("cuda-warptile", {"warp_n": 32, "block_k": 8, "thread_n": 8}, marks=pytest.mark.slow),
-], ids=[*(v.removeprefix("cuda-") for v in CUDA_VARIANTS + HALF_VARIANTS), "smem-16", "1d-32", "tiled-64x64", "warptile-64x32"])
+    pytest.param("cuda-pipeline", {"block_n": 256, "warps_m": 2, "warps_n": 4, "stages": 4}, marks=pytest.mark.slow),
+], ids=[*(v.removeprefix("cuda-") for v in CUDA_VARIANTS + HALF_VARIANTS), "smem-16", "1d-32", "tiled-64x64", "warptile-64x32",
+        "pipeline-128x256"])
 def test_cuda_sources_compile(variant, params):
     ops = playground.load("linear", variant=variant, device="cuda", params=params)
     assert hasattr(ops, "linear_forward") and hasattr(ops, "linear_backward")

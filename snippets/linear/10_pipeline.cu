@@ -12,16 +12,18 @@
 // float32 runs here too, as TF32 (other arithmetic: task.toml's math = "tf32"): mma.sync m16n8k8, its
 // fragments loaded by the same ldmatrix, rounded to TF32 in registers. A row then holds 32 values, not 64,
 // and every address below counts 16-byte chunks, the same for both. The block's 8 warps and their tiles are
-// step 9's: 128 x 128 of C per block, 64 x 32 per warp.
+// step 9's by default, 128 x 128 of C per block, 64 x 32 per warp; the tiles, warps and stages are
+// parameters (kplay run linear --variant cuda-pipeline --param block_n=256 ...).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
 #include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, mma_1688_tf32, copy_tile_async, store_fragment
 
 namespace KPLAY_NS {
 
-constexpr int BM = 128, BN = 128, STAGES = 3, CHUNKS = 8;  // CHUNKS: 16-byte chunks of a tile row, 128 bytes
-constexpr int WARPS_M = 2, WARPS_N = 4, THREADS = 32 * WARPS_M * WARPS_N;
+constexpr int BM = {{block_m}}, BN = {{block_n}};  // rows and columns of C per block
+constexpr int STAGES = {{stages}}, CHUNKS = 8;  // CHUNKS: 16-byte chunks of a tile row, 128 bytes
+constexpr int WARPS_M = {{warps_m}}, WARPS_N = {{warps_n}}, THREADS = 32 * WARPS_M * WARPS_N;
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
-constexpr int STAGE = (BM + BN) * CHUNKS;  // chunks in one stage: A's tile, then B's (32 KB)
+constexpr int STAGE = (BM + BN) * CHUNKS;  // chunks in one stage: A's tile, then B's (32 KB at 128 x 128)
 
 // This thread's pieces of the tiles of step k0 into stage s: A's tile, then B's.
 template <typename T>
@@ -114,7 +116,7 @@ const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bi
   constexpr int64_t values = 16 / sizeof(T);
   const bool vec = K % values == 0 && lda % values == 0 && ldb % values == 0 &&
                    reinterpret_cast<uintptr_t>(A) % 16 == 0 && reinterpret_cast<uintptr_t>(B) % 16 == 0;
-  constexpr int bytes = STAGES * STAGE * 16;  // 96 KB: over the 48 KB a block gets unless it asks
+  constexpr int bytes = STAGES * STAGE * 16;  // 96 KB by default: over the 48 KB a block gets unless it asks
   if (cudaFuncSetAttribute(matmul_nt_pipeline<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
     return launch_error();
   }
