@@ -21,9 +21,10 @@ def test_every_built_in_and_known_wrong_family_passes_the_schema_and_its_spec_ag
 
 
 def test_an_ejected_family_and_a_new_one_pass_the_schema(tmp_path):
-    """An ejected family keeps what each variant takes and is built for: a 16-bit rung ejected without its
-    dtypes was checked in float32, which it refuses (on torch 2.11, a crash)."""
-    kept = lambda f: {n: (v.dtypes, v.math, v.arch) for n, v in f.variants.items()}  # noqa: E731
+    """An ejected family keeps what each variant takes and is built for (a 16-bit rung ejected without its
+    dtypes was checked in float32, which it refuses: on torch 2.11, a crash), and what its check draws."""
+    kept = lambda f: ({n: (v.dtypes, v.math, v.arch) for n, v in f.variants.items()},  # noqa: E731
+                      f.distributions, f.size_draw)
     for fam in registry.families().values():
         eject(fam, tmp_path / fam.name, list(fam.variants.values()), fam.parse_params([]))
         again = registry.load_family(tmp_path / fam.name)

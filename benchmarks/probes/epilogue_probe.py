@@ -5,8 +5,8 @@ each with its stores of C left out (the sums still made, nothing written), again
 
 bfloat16, at the three shapes of benchmarks/linear_half_gpu.py; kplay's timer (CUDA events, contenders taking
 turns), the median of --runs runs' medians. The copy without stores is kplay's solution ejected to a temporary
-folder with its stores of C made conditional on a value the sums never take; its y is not checked (it writes
-none). Needs the H100 or H200 (sm_90a).
+folder with its stores of C made conditional on a value the sums never take (cuda-tma-store's still stages its
+sums in shared memory, with its fences and barriers); its y is not checked (it writes none). Needs the H100 or H200 (sm_90a).
 """
 
 from __future__ import annotations

@@ -258,7 +258,7 @@ def record(parts: list[dict], ex: dict, name: str) -> dict:
 def score(rec: dict) -> str:
     """The one line: "7/10 cases passed (3 wrong value)", "all 10 cases passed · 1.07× torch.sum" ("· same as
     torch.sum (0.97×)" within the noise, as the table says), or what ended the run: "build error", "crashed:
-    segmentation fault while checking cpp at n=1 (float64)"."""
+    segmentation fault while checking cpp at n=1 randn (float64)"."""
     if rec["passed"] < rec["checked"]:
         ran = {k: n for k, n in rec["failures"].items() if k not in ("build", "crash", "timeout")}
         kinds = ", ".join(f"{n} {k}" for k, n in ran.items())

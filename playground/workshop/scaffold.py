@@ -89,6 +89,7 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
         **({"forms": list(fam.forms)} if fam.forms else {}),
         **({"grade_dtypes": list(fam.grade_dtypes)} if fam.grade_dtypes else {}),
         **({"sanitize_sizes": list(fam.sanitize_sizes)} if fam.sanitize_sizes else {}),
+        **({"distributions": list(fam.distributions)} if fam.distributions else {}),
         **({"exercise": exercise} if exercise else {}),  # a folder kplay start wrote; an ejected one is the user's
         **({"default_variant": exercise["variant"]} if exercise else {}),
         **({"values": fam.values} if fam.values else {}),
@@ -103,8 +104,10 @@ def eject(fam: Family, folder: Path, variants: list[Variant], params: dict, forc
 
 
 def _size_table(fam: Family, key: str) -> int | dict:
-    """A size as task.toml declares it: the default alone, or with its help and its largest value."""
-    more = {"help": fam.size_help.get(key), "max": fam.size_max.get(key)}
+    """A size as task.toml declares it: the default alone, or with its help, its largest value and the range
+    its drawn sizes come from."""
+    more = {"help": fam.size_help.get(key), "max": fam.size_max.get(key),
+            "draw": list(fam.size_draw[key]) if key in fam.size_draw else None}
     more = {k: v for k, v in more.items() if v}
     return {"default": fam.sizes[key], **more} if more else fam.sizes[key]
 

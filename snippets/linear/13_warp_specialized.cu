@@ -60,7 +60,7 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
         tma_load(stages + s * STAGE, &map_a, step * BK, at.x, &full[s]);
         tma_load(stages + s * STAGE + BM * BK, &map_b, step * BK, at.y, &full[s]);
         // kplay:stub
-        // mbarrier_arrive(&full[s]);  // no copies yet: the stage's old contents are multiplied
+        // mbarrier_arrive(&full[s]);  // in place of the copies (replace it): the stage's old contents are multiplied
         // kplay:end
       }
     }

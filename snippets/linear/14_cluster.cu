@@ -63,7 +63,7 @@ matmul_nt_cluster(const __grid_constant__ CUtensorMap map_a, const __grid_consta
         tma_load_multicast(stage + (BM + rank * HALF_B) * BK, &map_b, step * BK, at.y + rank * HALF_B, &full[s],
                            (1 << CLUSTER) - 1);
         // kplay:stub
-        // mbarrier_arrive(&full[s]);  // no copies yet: the stage's old contents are multiplied
+        // mbarrier_arrive(&full[s]);  // in place of the copies (replace it): the stage's old contents are multiplied
         // kplay:end
       }
     }

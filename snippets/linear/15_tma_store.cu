@@ -14,6 +14,8 @@
 // benchmarks/probes/epilogue_probe.py.) A C whose rows are not 16-byte aligned is stored as in step 14.
 #include "hopper.cuh"  // tma_load(_multicast), tma_store, bulk_*, tensor_map, mbarrier_*, cluster_*, wgmma_m64k16
 
+#include <atomic>
+
 namespace KPLAY_NS {
 
 constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, GROUP_M = 8, CLUSTER = 2;
@@ -56,7 +58,7 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem[];
   T* stages = tiles_start<T>(smem);  // 1,024-byte aligned, at the same place in both blocks
-  T* staging = stages + STAGES * STAGE;  // then each consumer's 64 x BN tile of C
+  T* staging = stages + STAGES * STAGE;  // then each consumer's 64 x HALF_C piece of C
   __shared__ alignas(8) uint64_t full[STAGES], empty[STAGES];
   const int pairs_m = (M + BM * CLUSTER - 1) / (BM * CLUSTER), tiles_n = (N + BN - 1) / BN;
   const int steps = (K + BK - 1) / BK, pairs = pairs_m * tiles_n;
@@ -97,8 +99,8 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
     const int2 at = pair_origin(pair, pairs_m, tiles_n);
     // Two of the tile's bias values a thread, asked for now, needed only at the end: the load's time is hidden.
     const int n = at.y + 2 * (threadIdx.x % 128);
-    const T b0 = bias != nullptr && n < N ? bias[n] : rounded<T>(0.0f);
-    const T b1 = bias != nullptr && n + 1 < N ? bias[n + 1] : rounded<T>(0.0f);
+    const T b0 = staged && bias != nullptr && n < N ? bias[n] : rounded<T>(0.0f);
+    const T b1 = staged && bias != nullptr && n + 1 < N ? bias[n + 1] : rounded<T>(0.0f);
     float d[BN / 2] = {};
     for (int step = 0; step < steps; ++step, ++use) {
       const int s = use % STAGES;
@@ -185,10 +187,16 @@ const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bi
   // Persistent: as many clusters as fit at once (a cluster's two SMs come from one GPC), a pair of tiles each.
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(sms / CLUSTER * CLUSTER), config.blockDim = dim3(THREADS), config.dynamicSmemBytes = bytes;
-  static int clusters = 0;  // asked once: the answer is the same every call (one GPU a process)
-  if (clusters < 1 && (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < 1)) {
-    (void)cudaGetLastError();  // no answer: a cluster per two SMs
-    clusters = sms / CLUSTER;
+  // Asked once a GPU (the first 16 remembered): the answer is the same every call. Atomic: the forward and the
+  // backward may launch from different threads.
+  static std::atomic<int> known[16];
+  int clusters = device < 16 ? known[device].load(std::memory_order_relaxed) : 0;
+  if (clusters < 1) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess || clusters < 1) {
+      (void)cudaGetLastError();  // no answer: a cluster per two SMs
+      clusters = sms / CLUSTER;
+    }
+    if (device < 16) known[device].store(clusters, std::memory_order_relaxed);
   }
   const unsigned blocks = CLUSTER * unsigned(pairs < clusters ? pairs : clusters);
   kernel<<<blocks, THREADS, bytes, stream>>>(map_a, map_b, map_c, staged, bias, C, ldc, int(M), int(N), int(K));
