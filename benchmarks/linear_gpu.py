@@ -66,6 +66,8 @@ PIPELINE_TILES = [
     dict(block_m=256, block_n=128, warps_m=4, warps_n=2, stages=3),
     dict(block_m=128, block_n=128, warps_m=2, warps_n=2, stages=4),
     dict(block_m=128, block_n=128, warps_m=2, warps_n=4, stages=4),
+    dict(block_m=128, block_n=128, warps_m=2, warps_n=2, stages=3),
+    dict(block_m=256, block_n=128, warps_m=4, warps_n=2, stages=4),
 ]
 
 

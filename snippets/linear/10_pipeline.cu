@@ -10,12 +10,14 @@
 // read (steps 11-13), and padding would not fit it.
 //
 // float32 runs here too, as TF32 (other arithmetic: task.toml's math = "tf32"): mma.sync m16n8k8, its
-// fragments loaded by the same ldmatrix, rounded to TF32 in registers. A row then holds 32 values, not 64,
-// and every address below counts 16-byte chunks, the same for both. The block's 8 warps and their tiles are
-// step 9's by default, 128 x 128 of C per block, 64 x 32 per warp; the tiles, warps and stages are
-// parameters (kplay run linear --variant cuda-pipeline --param block_n=256 ...).
+// fragments loaded by the same ldmatrix. Each value is rounded to TF32 once, in shared memory, by the thread
+// that copied it (rounding the fragments in registers cost every warp 3 instructions a value, each time it
+// read one). A row then holds 32 values, not 64, and every address below counts 16-byte chunks, the same for
+// both. A thread's copies start where it worked out once (tensor.cuh's TileCopy): each step adds k. The
+// block's 8 warps and their tiles are step 9's by default, 128 x 128 of C per block, 64 x 32 per warp; the
+// tiles, warps and stages are parameters (kplay run linear --variant cuda-pipeline --param block_n=256 ...).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
-#include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, mma_1688_tf32, copy_tile_async, store_fragment
+#include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, mma_1688_tf32, TileCopy, store_fragment
 
 namespace KPLAY_NS {
 
@@ -25,13 +27,16 @@ constexpr int WARPS_M = {{warps_m}}, WARPS_N = {{warps_n}}, THREADS = 32 * WARPS
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
 constexpr int STAGE = (BM + BN) * CHUNKS;  // chunks in one stage: A's tile, then B's (32 KB at 128 x 128)
 
-// This thread's pieces of the tiles of step k0 into stage s: A's tile, then B's.
+// This thread's share of the copies of A's tiles and of B's, each stage's tile of A before its tile of B.
 template <typename T>
-__device__ __forceinline__ void copy_stage(uint4* s, const T* A, int64_t lda, const T* B, int64_t ldb, int m0, int n0,
-                                           int k0, int M, int N, int K, bool vec) {
-  copy_tile_async<BM, THREADS>(s, A, lda, m0, k0, M, K, threadIdx.x, vec);
-  copy_tile_async<BN, THREADS>(s + BM * CHUNKS, B, ldb, n0, k0, N, K, threadIdx.x, vec);
-}
+struct StageCopy {
+  TileCopy<BM, THREADS, T> a;
+  TileCopy<BN, THREADS, T> b;
+  __device__ void operator()(uint4* s, int k0, int K, bool vec) const {
+    a(s, k0, K, vec), b(s + BM * CHUNKS, k0, K, vec);
+  }
+  __device__ void round_tf32(uint4* s) const { a.round_tf32(s), b.round_tf32(s + BM * CHUNKS); }
+};
 
 // One k-step of the warp's tiles, chunks kc and kc + 1 of each row: k16 of 16-bit values, k8 of TF32.
 template <typename T>
@@ -51,9 +56,7 @@ __device__ __forceinline__ void multiply(float (&acc)[MI][NI][4], const uint4* A
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       if constexpr (std::is_same_v<T, float>) {
-        const uint32_t a[4] = {tf32(af[i][0]), tf32(af[i][1]), tf32(af[i][2]), tf32(af[i][3])};
-        const uint32_t b[2] = {tf32(bf[j][0]), tf32(bf[j][1])};
-        mma_1688_tf32(acc[i][j], a, b);
+        mma_1688_tf32(acc[i][j], af[i], bf[j]);  // rounded to TF32 already, in shared memory
       } else {
         mma_16816<T>(acc[i][j], af[i], bf[j]);
       }
@@ -72,25 +75,28 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
   const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, steps = (K + BK - 1) / BK;
   float acc[MI][NI][4] = {};
+  const StageCopy<T> copy{{A, lda, m0, M, int(threadIdx.x)}, {B, ldb, n0, N, int(threadIdx.x)}};
 
   // The pipeline fills: steps 0 .. STAGES - 2 in flight, one commit group each (empty past the last step,
   // so that "all but STAGES - 2 groups done" always means "this step's tiles are here").
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < steps) copy_stage(stages + s * STAGE, A, lda, B, ldb, m0, n0, s * BK, M, N, K, vec);
+    if (s < steps) copy(stages + s * STAGE, s * BK, K, vec);
     cp_async_commit();
   }
-  for (int step = 0; step < steps; ++step) {
-    // kplay:todo Wait for this step's copies (all but STAGES - 2 groups), sync, then copy step + STAGES - 1.
-    // kplay:why Its stage is the one the last step read: after the sync every warp is done with it. Commit a
-    // kplay:why group even when there is no step left to copy, so the count stays true.
+  for (int step = 0, read = 0; step < steps; ++step, read = read == STAGES - 1 ? 0 : read + 1) {
+    const int write = read == 0 ? STAGES - 1 : read - 1;  // the stage the last step read: step + STAGES - 1's
+    // kplay:todo Wait (all but STAGES - 2 groups), round (float32), sync, copy step + STAGES - 1 to `write`, commit.
+    // kplay:why A thread rounds the pieces it copied, visible to it after its wait; the sync then shows them to
+    // kplay:why every warp, and says every warp is done with the last step's stage. Commit a group even when
+    // kplay:why there is no step left to copy, so the count stays true.
     cp_async_wait<STAGES - 2>();  // this thread's copies of `step` have landed
-    __syncthreads();              // everyone's have; and everyone is done with the stage reused below
-    const int next = step + STAGES - 1;
-    if (next < steps) copy_stage(stages + next % STAGES * STAGE, A, lda, B, ldb, m0, n0, next * BK, M, N, K, vec);
+    if constexpr (std::is_same_v<T, float>) copy.round_tf32(stages + read * STAGE);
+    __syncthreads();  // everyone's have; and everyone is done with the stage reused below
+    if (step + STAGES - 1 < steps) copy(stages + write * STAGE, (step + STAGES - 1) * BK, K, vec);
     cp_async_commit();
     // kplay:end
-    const uint4* As = stages + step % STAGES * STAGE;
+    const uint4* As = stages + read * STAGE;
 #pragma unroll
     for (int kc = 0; kc < CHUNKS; kc += 2) multiply<T>(acc, As, As + BM * CHUNKS, kc, wm, wn, lane);
   }

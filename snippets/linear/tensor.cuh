@@ -148,28 +148,65 @@ __device__ __forceinline__ void cp_async_wait() {
 // wgmma read it given a 1,024-byte aligned tile). Returns the chunk's index in such a tile.
 __device__ __forceinline__ int swizzled(int r, int c) { return r * 8 + (c ^ (r & 7)); }
 
-// This thread's pieces of the ROWS x 128-byte tile of P (R x K, row stride ld) at (row0, k0), into a swizzled
-// tile: piece i is row i / 8, chunk i % 8, for i = thread, + THREADS, ... (a warp copies four whole rows).
+// This thread's share of copying one operand, step after step: the ROWS x 128-byte tile of P (R x K, row
+// stride ld) at (row0, k0) into a swizzled tile. Piece i is row i / 8, chunk i % 8, for i = thread, + THREADS,
+// ... (a warp copies four whole rows): a thread's chunk is the same in every piece and its rows THREADS / 8
+// apart, so where its pieces start and which rows are inside are worked out once, and a step adds k0. (An
+// index worked out per piece and step cost ~40 instructions a piece, more than the warps spent on mma.)
 // Zeros past the matrix. vec: K is a multiple of a chunk's values and the rows 16-byte aligned, so a piece is
 // all inside or all outside and one cp.async moves it (an address outside is never read, but must be valid:
 // P itself); else the piece goes value by value through registers.
 template <int ROWS, int THREADS, typename T>
-__device__ __forceinline__ void copy_tile_async(uint4* tile, const T* P, int64_t ld, int row0, int k0, int R, int K,
-                                                int thread, bool vec = true) {
-  static_assert(ROWS * 8 % THREADS == 0, "every thread copies as many pieces");
-  constexpr int VALUES = 16 / sizeof(T);
+struct TileCopy {
+  static_assert(ROWS * 8 % THREADS == 0 && THREADS % 8 == 0, "every thread copies as many pieces, one chunk");
+  static constexpr int VALUES = 16 / sizeof(T), PIECES = ROWS * 8 / THREADS, APART = THREADS / 8;
+  const T *P, *src;  // src: this thread's first piece at k0 = 0
+  int64_t apart;     // elements from one of its pieces to the next
+  int r0, c;         // its first piece's row in the tile, and its chunk
+  uint32_t rows_in;  // bit n: piece n's row is inside the matrix
+
+  __device__ TileCopy(const T* P, int64_t ld, int row0, int R, int thread)
+      : P(P), src(P + (row0 + thread / 8) * ld + thread % 8 * VALUES), apart(APART * ld), r0(thread / 8),
+        c(thread % 8), rows_in(0) {
 #pragma unroll
-  for (int n = 0; n < ROWS * 8 / THREADS; ++n) {
-    const int i = thread + n * THREADS, r = i / 8, c = i % 8, k = k0 + c * VALUES;
-    const bool row_in = row0 + r < R;
-    if (vec) {
-      cp_async16(tile + swizzled(r, c), row_in && k < K ? P + (row0 + r) * ld + k : P, row_in && k < K);
-      continue;
-    }
-    union { uint4 chunk; T v[VALUES]; } piece;
-    for (int j = 0; j < VALUES; ++j) piece.v[j] = row_in && k + j < K ? P[(row0 + r) * ld + k + j] : rounded<T>(0.0f);
-    tile[swizzled(r, c)] = piece.chunk;
+    for (int n = 0; n < PIECES; ++n) rows_in |= uint32_t(row0 + r0 + n * APART < R) << n;
   }
+
+  __device__ __forceinline__ void operator()(uint4* tile, int k0, int K, bool vec = true) const {
+    const int k = k0 + c * VALUES;
+    if (vec) {
+#pragma unroll
+      for (int n = 0; n < PIECES; ++n) {
+        const bool inside = (rows_in >> n & 1) && k < K;
+        cp_async16(tile + swizzled(r0 + n * APART, c), inside ? src + k0 + n * apart : P, inside);
+      }
+      return;
+    }
+#pragma unroll 1
+    for (int n = 0; n < PIECES; ++n) {
+      union { uint4 chunk; T v[VALUES]; } piece;
+      const bool row_in = rows_in >> n & 1;
+      for (int j = 0; j < VALUES; ++j) piece.v[j] = row_in && k + j < K ? src[k0 + n * apart + j] : rounded<T>(0.0f);
+      tile[swizzled(r0 + n * APART, c)] = piece.chunk;
+    }
+  }
+
+  // float32 on the tensor cores: this thread's pieces, once landed, rounded to TF32 in place; once a block,
+  // where rounding each fragment in registers did it once a warp that reads it (3 instructions a value).
+  __device__ __forceinline__ void round_tf32(uint4* tile) const {
+#pragma unroll
+    for (int n = 0; n < PIECES; ++n) {
+      uint4& piece = tile[swizzled(r0 + n * APART, c)];
+      piece = make_uint4(tf32(piece.x), tf32(piece.y), tf32(piece.z), tf32(piece.w));
+    }
+  }
+};
+
+// One tile's copy, where a step has no copier to keep (cuda-wgmma).
+template <int ROWS, int THREADS, typename T>
+__device__ __forceinline__ void copy_tile_async(uint4* tile, const T* P, int64_t ld, int row0, int k0, int R, int K,
+                                                int thread) {
+  TileCopy<ROWS, THREADS, T>(P, ld, row0, R, thread)(tile, k0, K);
 }
 
 // ---- every step: C from the fragments --------------------------------------------------------------------
