@@ -12,7 +12,7 @@
 // A block of 2 warpgroups computes a 128 x 128 tile of C, each a 64 x 128 piece (64 float32 sums per thread).
 // The tiles arrive as in step 10 (cp.async, 4 stages, the 128-byte swizzle, which wgmma reads directly), with
 // one more fence: cp.async writes through the generic proxy, wgmma reads through the async proxy.
-#include "hopper.cuh"  // smem_descriptor, wgmma_m64k16, fence_proxy_async; tensor.cuh's copy_tile_async, ...
+#include "hopper.cuh"  // smem_descriptor, wgmma_m64k16, fence_proxy_async; tensor.cuh's TileCopy, ...
 
 namespace KPLAY_NS {
 
@@ -23,8 +23,8 @@ constexpr int STAGE = (BM + BN) * BK;                     // values in one stage
 template <typename T>
 __device__ __forceinline__ void copy_stage(T* s, const T* A, int64_t lda, const T* B, int64_t ldb, int m0, int n0,
                                            int k0, int M, int N, int K) {
-  copy_tile_async<BM, THREADS>(reinterpret_cast<uint4*>(s), A, lda, m0, k0, M, K, threadIdx.x);
-  copy_tile_async<BN, THREADS>(reinterpret_cast<uint4*>(s + BM * BK), B, ldb, n0, k0, N, K, threadIdx.x);
+  TileCopy<BM, THREADS, T>(A, lda, m0, M, threadIdx.x)(reinterpret_cast<uint4*>(s), k0, K);
+  TileCopy<BN, THREADS, T>(B, ldb, n0, N, threadIdx.x)(reinterpret_cast<uint4*>(s + BM * BK), k0, K);
 }
 
 template <typename T>

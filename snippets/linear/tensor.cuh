@@ -202,13 +202,6 @@ struct TileCopy {
   }
 };
 
-// One tile's copy, where a step has no copier to keep (cuda-wgmma).
-template <int ROWS, int THREADS, typename T>
-__device__ __forceinline__ void copy_tile_async(uint4* tile, const T* P, int64_t ld, int row0, int k0, int R, int K,
-                                                int thread) {
-  TileCopy<ROWS, THREADS, T>(P, ld, row0, R, thread)(tile, k0, K);
-}
-
 // ---- every step: C from the fragments --------------------------------------------------------------------
 
 // out[0] and out[1] = v0 and v1 rounded to T, in one store (out aligned to the pair's size).
