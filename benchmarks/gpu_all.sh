@@ -55,7 +55,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         tensor-probe) step tensor-steps-probe 300 python3 benchmarks/probes/tensor_steps_probe.py ;;
         racecheck-probe) step racecheck-probe 400 python3 benchmarks/probes/racecheck_probe.py --tools racecheck --limit 90 ;;
         epilogue-probe) step epilogue-probe 300 python3 benchmarks/probes/epilogue_probe.py ;;
-        tiles-probe) step tiles-probe 540 python3 benchmarks/probes/tiles_probe.py ;;  # the top rungs' tiles
+        tiles-probe) step tiles-probe ${STEP_S:-540} python3 benchmarks/probes/tiles_probe.py ;;  # the top rungs' tiles
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
         sum-small) step sum-small 300 python3 benchmarks/sum_gpu.py --sizes 1e3,1e4,1e5,1e6,1e7,1e8,1e9 --runs 3 --out $R ;;
