@@ -648,4 +648,4 @@ def test_profile_shows_the_wgmma_step_busy_on_the_tensor_pipe(kplay):
     """Where ncu can read the counters (the GPU box: root): the tensor pipe's share of its peak, per kernel."""
     half_ops("cuda-wgmma")
     result = kplay("profile", "linear", "--variant", "cuda-wgmma", "--batch", "2048", "--in", "2048", "--out", "2048")
-    assert result.exit_code == 0 and "tensor %" in result.stdout, result.output[-3000:]
+    assert result.exit_code == 0 and "tensor%" in result.stdout, result.output[-3000:]

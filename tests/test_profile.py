@@ -81,7 +81,7 @@ def test_ncu_is_asked_for_every_section_whose_figures_are_read():
 
 def test_the_tensor_pipes_are_asked_for_only_where_ncu_knows_them_and_read_from_its_csv(tmp_path):
     """ncu fails a whole profile on a metric it does not know: --query-metrics says which tensor pipes it has.
-    Their rows (section "Command line profiler metrics") give each kernel its tensor %; the table shows a
+    Their rows (section "Command line profiler metrics") give each kernel its tensor%; the table shows a
     column only when one kernel has a figure."""
     fake = tmp_path / "ncu"
     fake.write_text("#!/bin/sh\necho 'Device NVIDIA H200 (GH100)'\n"
@@ -102,10 +102,13 @@ def test_the_tensor_pipes_are_asked_for_only_where_ncu_knows_them_and_read_from_
     r["ncu"] = None
     render = lambda lines: _text(*lines)  # noqa: E731
     shown = render(profile._ncu_lines(r))
-    assert "tensor %" in shown and re.search(r"sum_fast_kernel<float>.*\b88\s*$", shown, re.M), shown
+    assert "tensor%" in shown and re.search(r"sum_fast_kernel<float>.*\b88\s*$", shown, re.M), shown
+    r["contenders"][1]["kernels"][0]["short"] = "matmul_nt_wgmma<__nv_bfloat16>"  # 30 characters: still no header cut
+    shown = render(profile._ncu_lines(r))
+    assert "…" not in shown and max(map(len, shown.splitlines())) <= 80, shown
     for c in r["contenders"]:
         c["kernels"][0]["ncu"].pop("gmma_pct", None)
-    assert "tensor %" not in render(profile._ncu_lines(r))
+    assert "tensor%" not in render(profile._ncu_lines(r))
 
 
 def _text(*renderables) -> str:

@@ -243,8 +243,9 @@ def _ncu_lines(r: dict) -> list:
         return [Text(f"ncu: {r['ncu']}", style="dim" if r["ncu"].startswith("skipped") else "yellow")]
     kernels = [k.get("ncu") or {} for c in r["contenders"] for k in c["kernels"]]
     tensor = any(n.get("hmma_pct") is not None or n.get("gmma_pct") is not None for n in kernels)
-    table = _table(("ncu", "left"), ("kernel", "left"), ("mem %", "right"), ("SM %", "right"), ("DRAM %", "right"),
-                   ("L2 %", "right"), ("occupancy", "right"), *([("tensor %", "right")] if tensor else []))
+    # headers as narrow as their cells: with a tensor column, a 30-character kernel still fits 80 columns
+    table = _table(("ncu", "left"), ("kernel", "left"), ("mem%", "right"), ("SM%", "right"), ("DRAM%", "right"),
+                   ("L2%", "right"), ("occupancy", "right"), *([("tensor%", "right")] if tensor else []))
     hints = {}
     for c in r["contenders"]:
         first = True
