@@ -81,20 +81,21 @@ def tile_name(p: dict) -> str:
 TF32_BASE = "F.linear (cuBLAS, TF32 allowed)"  # the tensor-core rung's fair reference: the same arithmetic
 
 
+def cublas(x, w, b, tf32: bool):
+    """F.linear with cuBLAS's TF32 allowed or not, the switch put back after (off, torch's default)."""
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        return torch.nn.functional.linear(x, w, b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def contenders(spec, inputs, builds: list[tuple[str, dict]], device: str, fam) -> dict:
     """label -> (call, variant, build seconds, math): F.linear first (TF32 off, then allowed), then each
     (variant, params) built through kplay; math "tf32" where the inputs are rounded to TF32."""
     x, w, b = inputs
-
-    def tf32_linear():
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            return torch.nn.functional.linear(x, w, b)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = False
-
-    found = {"F.linear (cuBLAS, TF32 off)": (lambda: torch.nn.functional.linear(x, w, b), "", 0.0, ""),
-             TF32_BASE: (tf32_linear, "", 0.0, "tf32")}
+    found = {"F.linear (cuBLAS, TF32 off)": (lambda: cublas(x, w, b, False), "", 0.0, ""),
+             TF32_BASE: (lambda: cublas(x, w, b, True), "", 0.0, "tf32")}
     for variant, params in builds:
         t0 = time.perf_counter()
         ops = playground.load("linear", variant=variant, device=device, params=params or None)

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: common
 
 from common import spec as load_spec  # noqa: E402  it puts the repository on sys.path
-from linear_gpu import DOUBLE_TILES, PIPELINE_TILES  # noqa: E402
+from linear_gpu import DOUBLE_TILES, PIPELINE_TILES, cublas  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -60,15 +60,7 @@ def table(name: str, dtype, tf32: bool, variant: str, tiles: list[dict], args, s
             calls[label(variant, params)] = lambda ops=ops: spec.linear(ops, x, w, b)
         else:
             lines.append(f"| {label(variant, params)} | wrong: max err {err:.2e} > {tol:.2e} | | |")
-
-    def cublas():
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        try:
-            return torch.nn.functional.linear(x, w, b)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = False
-
-    calls = {"F.linear (cuBLAS)": cublas, **calls}
+    calls = {"F.linear (cuBLAS)": lambda: cublas(x, w, b, tf32), **calls}
     runs = [bench(calls, "cuda", budget_s=args.budget) for _ in range(args.runs)]
     ms = {n: sorted(r[n].median_s for r in runs)[len(runs) // 2] * 1e3 for n in calls}
     tflops = 2 * s ** 3 / 1e9
