@@ -596,6 +596,18 @@ def test_the_pipeline_step_takes_float32_as_tf32():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("k", [64, 61])  # 61: the value-by-value copy
+def test_the_pipeline_step_rounds_float32_to_the_nearest_tf32(k):
+    """The tensor cores drop a float's low 13 bits; the kernel adds half a TF32 unit first, so 1 + 0.75 * 2^-10
+    enters as 1 + 2^-10 (truncated: 1; unrounded: itself), a tie away from zero, and y's sums are exact."""
+    ops = half_ops("cuda-pipeline")
+    for v, tf32 in [(1 + 0.75 * 2 ** -10, 1 + 2 ** -10), (-(1 + 0.5 * 2 ** -10), -(1 + 2 ** -10)), (1.25, 1.25)]:
+        x, w = torch.full((16, k), v, device="cuda"), torch.ones(8, k, device="cuda")
+        y = spec.linear(ops, x, w, torch.zeros(8, device="cuda"))
+        assert torch.equal(y, torch.full_like(y, k * tf32)), (v, y[0, 0].item())
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("variant", HALF_VARIANTS)
 def test_tensor_core_steps_take_misaligned_and_strided_inputs(variant):
     """A base 2 bytes past 16, a transposed weight, a strided bias: the binding pads a copy to 16-byte rows."""

@@ -10,10 +10,9 @@
 // read (steps 11-13), and padding would not fit it.
 //
 // float32 runs here too, as TF32 (other arithmetic: task.toml's math = "tf32"): mma.sync m16n8k8, its
-// fragments loaded by the same ldmatrix. Each value is rounded to TF32 once, in shared memory, by the thread
-// that copied it (rounding the fragments in registers cost every warp 3 instructions a value, each time it
-// read one). A row then holds 32 values, not 64, and every address below counts 16-byte chunks, the same for
-// both. A thread's copies start where it worked out once (tensor.cuh's TileCopy): each step adds k. The
+// fragments loaded by the same ldmatrix and rounded in registers, one integer add a value (tensor.cuh's tf32;
+// cvt.rna.tf32 takes 3 instructions, and rounding in shared memory held every warp at the sync). A row then
+// holds 32 values, not 64, and every address below counts 16-byte chunks, the same for both. A thread's copies start where it worked out once (tensor.cuh's TileCopy): each step adds k. The
 // block's 8 warps and their tiles are step 9's by default, 128 x 128 of C per block, 64 x 32 per warp; the
 // tiles, warps and stages are parameters (kplay run linear --variant cuda-pipeline --param block_n=256 ...).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
@@ -35,7 +34,6 @@ struct StageCopy {
   __device__ void operator()(uint4* s, int k0, int K, bool vec) const {
     a(s, k0, K, vec), b(s + BM * CHUNKS, k0, K, vec);
   }
-  __device__ void round_tf32(uint4* s) const { a.round_tf32(s), b.round_tf32(s + BM * CHUNKS); }
 };
 
 // One k-step of the warp's tiles, chunks kc and kc + 1 of each row: k16 of 16-bit values, k8 of TF32.
@@ -51,12 +49,18 @@ __device__ __forceinline__ void multiply(float (&acc)[MI][NI][4], const uint4* A
     ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kc + lane / 8 % 2));
     bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
   }
+  if constexpr (std::is_same_v<T, float>) {  // float32's bits, rounded to TF32 for the tensor cores
+#pragma unroll
+    for (auto& f : af) for (uint32_t& r : f) r = tf32(r);
+#pragma unroll
+    for (auto& f : bf) for (uint32_t& r : f) r = tf32(r);
+  }
 #pragma unroll
   for (int i = 0; i < MI; ++i) {
 #pragma unroll
     for (int j = 0; j < NI; ++j) {
       if constexpr (std::is_same_v<T, float>) {
-        mma_1688_tf32(acc[i][j], af[i], bf[j]);  // rounded to TF32 already, in shared memory
+        mma_1688_tf32(acc[i][j], af[i], bf[j]);
       } else {
         mma_16816<T>(acc[i][j], af[i], bf[j]);
       }
@@ -86,12 +90,11 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
   }
   for (int step = 0, read = 0; step < steps; ++step, read = read == STAGES - 1 ? 0 : read + 1) {
     const int write = read == 0 ? STAGES - 1 : read - 1;  // the stage the last step read: step + STAGES - 1's
-    // kplay:todo Wait (all but STAGES - 2 groups), round (float32), sync, copy step + STAGES - 1 to `write`, commit.
-    // kplay:why A thread rounds the pieces it copied, visible to it after its wait; the sync then shows them to
-    // kplay:why every warp, and says every warp is done with the last step's stage. Commit a group even when
-    // kplay:why there is no step left to copy, so the count stays true.
+    // kplay:todo Wait (all but STAGES - 2 groups), sync, copy step + STAGES - 1 to `write`, commit.
+    // kplay:why A thread's wait covers its own copies; the sync shows everyone's to every warp, and says every
+    // kplay:why warp is done with the last step's stage. Commit a group even when there is no step left to
+    // kplay:why copy, so the count stays true.
     cp_async_wait<STAGES - 2>();  // this thread's copies of `step` have landed
-    if constexpr (std::is_same_v<T, float>) copy.round_tf32(stages + read * STAGE);
     __syncthreads();  // everyone's have; and everyone is done with the stage reused below
     if (step + STAGES - 1 < steps) copy(stages + write * STAGE, (step + STAGES - 1) * BK, K, vec);
     cp_async_commit();

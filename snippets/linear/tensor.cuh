@@ -121,12 +121,10 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// A float32's bits rounded to TF32, to nearest: the tensor cores would otherwise drop the low bits.
-__device__ __forceinline__ uint32_t tf32(uint32_t bits) {
-  uint32_t out;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "r"(bits));
-  return out;
-}
+// A float32's bits made ready for the TF32 tensor cores, which read the top 19 bits and drop the low 13: half
+// a TF32 unit in the last place added first turns that truncation into rounding to nearest, ties away from
+// zero (cvt.rna.tf32.f32 rounds the same way in 3 instructions). Overflow rounds up to infinity, as it should.
+__device__ __forceinline__ uint32_t tf32(uint32_t bits) { return bits + 0x1000u; }
 
 // ---- cuda-pipeline: copies that skip the registers, and a swizzle in place of padding --------------------
 
@@ -188,16 +186,6 @@ struct TileCopy {
       const bool row_in = rows_in >> n & 1;
       for (int j = 0; j < VALUES; ++j) piece.v[j] = row_in && k + j < K ? src[k0 + n * apart + j] : rounded<T>(0.0f);
       tile[swizzled(r0 + n * APART, c)] = piece.chunk;
-    }
-  }
-
-  // float32 on the tensor cores: this thread's pieces, once landed, rounded to TF32 in place; once a block,
-  // where rounding each fragment in registers did it once a warp that reads it (3 instructions a value).
-  __device__ __forceinline__ void round_tf32(uint4* tile) const {
-#pragma unroll
-    for (int n = 0; n < PIECES; ++n) {
-      uint4& piece = tile[swizzled(r0 + n * APART, c)];
-      piece = make_uint4(tf32(piece.x), tf32(piece.y), tf32(piece.z), tf32(piece.w));
     }
   }
 };
