@@ -13,9 +13,9 @@
 // fragments loaded by the same ldmatrix and rounded in registers, one integer add a value (tensor.cuh's tf32;
 // cvt.rna.tf32 takes 3 instructions, and rounding in shared memory held every warp at the sync). A row then
 // holds 32 values, not 64, and every address below counts 16-byte chunks, the same for both. A thread's
-// copies start where it worked out once (tensor.cuh's TileCopy): each step adds k. The block's 8 warps and
-// their tiles are step 9's by default, 128 x 128 of C per block, 64 x 32 per warp; the tiles, warps and
-// stages are parameters (kplay run linear --variant cuda-pipeline --param block_n=256 ...).
+// copies start where it worked out once (tensor.cuh's TileCopy): each step adds k. By default a block's
+// 128 x 128 of C is 4 warps of 64 x 64, not step 9's 8 of 64 x 32: a wider warp tile reads less shared memory
+// per mma. The tiles, warps and stages are parameters (kplay run linear --variant cuda-pipeline --param ...).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
 #include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, mma_1688_tf32, TileCopy, store_fragment
 

@@ -1,13 +1,16 @@
 // Step 7 of the matmul ladder (cuda-double-buffer): the next step's tiles in flight while this one is used.
 // From step 6: two copies of the tiles in shared memory, one __syncthreads a step instead of two.
 //
-// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. Step 6's tiles and
-// params. There, every step of k waits: the block loads its tiles, synchronizes, multiplies, synchronizes
+// C[m][n] = bias[n] + sum_k A[m][k] B[n][k]; the forward calls it with A = x, B = W. Step 6's params.
+// There, every step of k waits: the block loads its tiles, synchronizes, multiplies, synchronizes
 // again, and only then asks global memory for the next tiles, whose latency nothing hides but other blocks
 // on the SM. Here, while the block multiplies out of one copy, each thread's loads of the next step's
 // slices are already in flight into registers; after the multiply they are stored into the other copy:
 // global latency overlapped with the math. Two copies of the tiles need more shared memory than a block
 // may declare statically (48 KB in float64), so they live in dynamic shared memory, allowed in the launcher.
+// Its default tiles are sized for float32: 16 warps of 64 x 32 on 256 x 128 of C, one block an SM, which
+// reads less of A and B per multiply than two blocks of 128 x 128. float64 spills at that size (128
+// registers a thread at most, for 512 threads): --param block_m=128 fits it.
 #include "ladder.cuh"  // launch_matmul_nt, launch_tiles, WarpTiles, fetch_tile, stash_tile, copy4, store_warp_tiles
 
 namespace KPLAY_NS {
