@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1 and -2, its halves) pool pool-tests notebook watch ladder sum linear
-#            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics tensor-probe racecheck-probe epilogue-probe tiles-probe mma-ceiling linear-tiles
+#            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics tensor-probe racecheck-probe epilogue-probe tiles-probe mma-ceiling pipeline-profile linear-tiles
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 #            (K=EXPR narrows the parallel test steps' -k further)
@@ -57,6 +57,8 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         epilogue-probe) step epilogue-probe 300 python3 benchmarks/probes/epilogue_probe.py ;;
         tiles-probe) step tiles-probe ${STEP_S:-540} python3 benchmarks/probes/tiles_probe.py ;;  # the top rungs' tiles
         mma-ceiling) step mma-ceiling 120 python3 benchmarks/probes/mma_ceiling_probe.py --out $R/mma-ceiling.md ;;  # mma.sync alone
+        pipeline-profile) step pipeline-profile 240 bash -c "for d in bfloat16 float32; do python3 cli.py profile linear \\
+                          --variant cuda-pipeline --batch 4096 --in 4096 --out 4096 --dtype \$d; done" ;;  # its L2 figure
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
         sum-small) step sum-small 300 python3 benchmarks/sum_gpu.py --sizes 1e3,1e4,1e5,1e6,1e7,1e8,1e9 --runs 3 --out $R ;;

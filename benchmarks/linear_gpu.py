@@ -46,27 +46,27 @@ TILES = [
 ]
 
 
-# --tiles: cuda-double-buffer, the float32 top, at shapes that may take it nearer cuBLAS (8 warps, wider tiles,
-# other k steps); each obeys its constraints in task.toml.
+# --tiles: cuda-double-buffer, the float32 top, beside its default (16 warps of 64 x 32 on 256 x 128): the
+# last default, other thread and warp tiles; each obeys its constraints in task.toml and spills nothing in float32.
 DOUBLE_TILES = [
-    dict(block_m=128, block_n=128, block_k=8, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
-    dict(block_m=128, block_n=128, block_k=32, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
-    dict(block_m=128, block_n=64, block_k=16, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
-    dict(block_m=256, block_n=128, block_k=16, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
-    dict(block_m=128, block_n=128, block_k=16, warp_m=32, warp_n=64, thread_m=4, thread_n=8),
+    dict(block_m=128, block_n=128, block_k=16, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
+    dict(block_m=256, block_n=128, block_k=16, warp_m=64, warp_n=64, thread_m=8, thread_n=8),
+    dict(block_m=256, block_n=128, block_k=16, warp_m=64, warp_n=32, thread_m=4, thread_n=8),
+    dict(block_m=128, block_n=256, block_k=16, warp_m=32, warp_n=64, thread_m=4, thread_n=8),
+    dict(block_m=256, block_n=128, block_k=16, warp_m=128, warp_n=32, thread_m=8, thread_n=4),
     dict(block_m=128, block_n=256, block_k=16, warp_m=64, warp_n=64, thread_m=8, thread_n=4),
-    dict(block_m=128, block_n=128, block_k=16, warp_m=64, warp_n=64, thread_m=8, thread_n=8),
 ]
 
 
-# --tiles: cuda-pipeline (TF32 in float32) with wider warp tiles (64 x 64), other blocks and deeper pipelines.
+# --tiles: cuda-pipeline (TF32 in float32, and bfloat16) beside its default (4 warps of 64 x 64 on 128 x 128):
+# step 9's 8 warps of 64 x 32, other blocks and deeper pipelines.
 PIPELINE_TILES = [
     dict(block_m=128, block_n=256, warps_m=2, warps_n=4, stages=3),
     dict(block_m=128, block_n=256, warps_m=2, warps_n=4, stages=4),
     dict(block_m=256, block_n=128, warps_m=4, warps_n=2, stages=3),
     dict(block_m=128, block_n=128, warps_m=2, warps_n=2, stages=2),
     dict(block_m=128, block_n=128, warps_m=2, warps_n=4, stages=4),
-    dict(block_m=128, block_n=128, warps_m=2, warps_n=2, stages=3),
+    dict(block_m=128, block_n=128, warps_m=2, warps_n=4, stages=3),
     dict(block_m=256, block_n=128, warps_m=4, warps_n=2, stages=4),
 ]
 
