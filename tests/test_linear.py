@@ -599,12 +599,18 @@ def test_the_pipeline_step_takes_float32_as_tf32():
 @pytest.mark.parametrize("k", [64, 61])  # 61: the value-by-value copy
 def test_the_pipeline_step_rounds_float32_to_the_nearest_tf32(k):
     """The tensor cores drop a float's low 13 bits; the kernel adds half a TF32 unit first, so 1 + 0.75 * 2^-10
-    enters as 1 + 2^-10 (truncated: 1; unrounded: itself), a tie away from zero, and y's sums are exact."""
+    enters as 1 + 2^-10 (truncated: 1; unrounded: itself) and -(1 + 0.5 * 2^-10), a tie, as -(1 + 2^-10),
+    away from zero (to even: -1); y's sums are exact. A NaN with a mantissa of all ones (CUDA's own, either
+    sign) stays a NaN, and inf stays inf."""
     ops = half_ops("cuda-pipeline")
+    w, b = torch.ones(8, k, device="cuda"), torch.zeros(8, device="cuda")
     for v, tf32 in [(1 + 0.75 * 2 ** -10, 1 + 2 ** -10), (-(1 + 0.5 * 2 ** -10), -(1 + 2 ** -10)), (1.25, 1.25)]:
-        x, w = torch.full((16, k), v, device="cuda"), torch.ones(8, k, device="cuda")
-        y = spec.linear(ops, x, w, torch.zeros(8, device="cuda"))
+        y = spec.linear(ops, torch.full((16, k), v, device="cuda"), w, b)
         assert torch.equal(y, torch.full_like(y, k * tf32)), (v, y[0, 0].item())
+    x = torch.ones(16, k, device="cuda")
+    x.view(torch.int32)[0, 0], x.view(torch.int32)[1, 1], x[2, 2] = 0x7FFFFFFF, -1, float("inf")
+    y = spec.linear(ops, x, w, b)
+    assert y[:2].isnan().all() and (y[2] == float("inf")).all() and torch.equal(y[3:], torch.full_like(y[3:], k))
 
 
 @pytest.mark.cuda

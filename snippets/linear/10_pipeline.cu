@@ -10,12 +10,12 @@
 // read (steps 11-13), and padding would not fit it.
 //
 // float32 runs here too, as TF32 (other arithmetic: task.toml's math = "tf32"): mma.sync m16n8k8, its
-// fragments loaded by the same ldmatrix and rounded in registers, one integer add a value (tensor.cuh's tf32;
-// cvt.rna.tf32 takes 3 instructions, and rounding in shared memory held every warp at the sync). A row then
-// holds 32 values, not 64, and every address below counts 16-byte chunks, the same for both. A thread's
-// copies start where it worked out once (tensor.cuh's TileCopy): each step adds k. By default a block's
-// 128 x 128 of C is 4 warps of 64 x 64, not step 9's 8 of 64 x 32: a wider warp tile reads less shared memory
-// per mma. The tiles, warps and stages are parameters (kplay run linear --variant cuda-pipeline --param ...).
+// fragments loaded by the same ldmatrix and rounded in registers, 3 instructions a value (tensor.cuh's tf32;
+// rounding in shared memory held every warp at the sync). A row then holds 32 values, not 64, and every
+// address below counts 16-byte chunks, the same for both. A thread's copies start where it worked out once
+// (tensor.cuh's TileCopy): each step adds k. By default a block's 128 x 128 of C is 4 warps of 64 x 64, not
+// step 9's 8 of 64 x 32: a wider warp tile reads less shared memory per mma. The tiles, warps and stages
+// are parameters (kplay run linear --variant cuda-pipeline --param ...).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
 #include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, mma_1688_tf32, TileCopy, store_fragment
 
@@ -50,7 +50,7 @@ __device__ __forceinline__ void multiply(float (&acc)[MI][NI][4], const uint4* A
     ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kc + lane / 8 % 2));
     bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
   }
-  if constexpr (std::is_same_v<T, float>) {  // float32's bits, rounded to TF32 for the tensor cores
+  if constexpr (std::is_same_v<T, float>) {  // half a TF32 unit added: the tensor cores' truncation then rounds
 #pragma unroll
     for (auto& f : af) for (uint32_t& r : f) r = tf32(r);
 #pragma unroll

@@ -9,8 +9,8 @@
 // global latency overlapped with the math. Two copies of the tiles need more shared memory than a block
 // may declare statically (48 KB in float64), so they live in dynamic shared memory, allowed in the launcher.
 // Its default tiles are sized for float32: 16 warps of 64 x 32 on 256 x 128 of C, one block an SM, which
-// reads less of A and B per multiply than two blocks of 128 x 128. float64 spills at that size (128
-// registers a thread at most, for 512 threads): --param block_m=128 fits it.
+// reads less of A and B per multiply than two blocks of 128 x 128. float64 does not fit at that size: 512
+// threads get 128 registers each, and its sums go to the stack, many times slower (--param block_m=128 fits).
 #include "ladder.cuh"  // launch_matmul_nt, launch_tiles, WarpTiles, fetch_tile, stash_tile, copy4, store_warp_tiles
 
 namespace KPLAY_NS {

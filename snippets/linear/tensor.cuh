@@ -114,17 +114,23 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // d += a b for a 16 x 8 tile of A and an 8 x 8 tile of B in TF32 (float32 rounded to 10 mantissa bits), float32
-// sums: 1,024 multiply-adds per instruction. The fragments hold one float per register, rounded first (tf32).
+// sums: 1,024 multiply-adds per instruction. The fragments hold one float per register, readied by tf32().
 __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                "{%8, %9}, {%0, %1, %2, %3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// A float32's bits made ready for the TF32 tensor cores, which read the top 19 bits and drop the low 13: half
-// a TF32 unit in the last place added first turns that truncation into rounding to nearest, ties away from
-// zero (cvt.rna.tf32.f32 rounds the same way in 3 instructions). Overflow rounds up to infinity, as it should.
-__device__ __forceinline__ uint32_t tf32(uint32_t bits) { return bits + 0x1000u; }
+// A float32's bits made ready for the TF32 tensor cores, which (on the GPUs tested) read the top 19 bits and
+// drop the low 13: half a TF32 unit in the last place added first turns that truncation into rounding to
+// nearest, ties away from zero, as cvt.rna.tf32.f32 does; a finite overflow rounds up to inf, as it should.
+// A NaN whose mantissa is nearly all ones (CUDA's own is 0x7fffffff) would carry into the sign and leave a
+// zero: the two mins first clamp a negative one's bits (unsigned) and a positive one's (signed) below that,
+// and a NaN stays a NaN. Three instructions, no predicate: cvt.rna's test for inf and NaN took this kernel's
+// 64 x 64 warp tiles past 255 registers.
+__device__ __forceinline__ uint32_t tf32(uint32_t bits) {
+  return uint32_t(min(int(min(bits, 0xffffefffu)), 0x7fffefff)) + 0x1000u;
+}
 
 // ---- cuda-pipeline: copies that skip the registers, and a swizzle in place of padding --------------------
 
