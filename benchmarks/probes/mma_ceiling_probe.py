@@ -34,7 +34,8 @@ template <bool TF32>
 __global__ void spin(float* out) {
   uint32_t a[4], b[2];  // values near 1 the compiler cannot know: a float (TF32) or two bfloat16s a register
   for (int i = 0; i < 6; ++i) {
-    const uint32_t near1 = TF32 ? __float_as_uint(1.0f + 1e-3f * (threadIdx.x + i)) : 0x3f803f80u + (threadIdx.x + i) % 64;
+    const uint32_t near1 = TF32 ? __float_as_uint(1.0f + 1e-3f * (threadIdx.x + i))
+                                : 0x3f803f80u + (threadIdx.x + i) % 64;
     (i < 4 ? a[i] : b[i - 4]) = near1;
   }
   float d[CHAINS][4] = {};
@@ -63,37 +64,34 @@ void run(torch::Tensor out, int64_t blocks, int64_t threads, bool tf32) {
 """
 
 
-def ceiling(ext, tf32: bool, warps: int) -> float:
-    """TFLOP/s of the register-only kernel, WARPS warps an SM in blocks of 4, the best of 5 timings."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    blocks = sms * warps // 4
-    out = torch.empty(blocks * 128, device="cuda")
-    flops = blocks * 4 * ITERS * CHAINS * 2 * 16 * 8 * (8 if tf32 else 16)
-    ext.run(out, blocks, 128, tf32)
+def best_seconds(call, times: int) -> float:
+    """The fastest of `times` runs of call(), each timed with CUDA events."""
     best = float("inf")
-    for _ in range(5):
+    for _ in range(times):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        ext.run(out, blocks, 128, tf32)
+        call()
         end.record()
         torch.cuda.synchronize()
         best = min(best, start.elapsed_time(end) / 1e3)
-    return flops / best / 1e12
+    return best
+
+
+def ceiling(ext, tf32: bool, warps: int) -> float:
+    """TFLOP/s of the register-only kernel, WARPS warps an SM in blocks of 4, the best of 5 timings."""
+    blocks = torch.cuda.get_device_properties(0).multi_processor_count * warps // 4
+    out = torch.empty(blocks * 128, device="cuda")
+    flops = blocks * 4 * ITERS * CHAINS * 2 * 16 * 8 * (8 if tf32 else 16)
+    ext.run(out, blocks, 128, tf32)  # warm-up
+    return flops / best_seconds(lambda: ext.run(out, blocks, 128, tf32), 5) / 1e12
 
 
 def cublas_tflops(size: int, dtype, tf32: bool) -> float:
+    """F.linear at size^3 in TFLOP/s, the best of 10 timings after 3 warm-ups."""
     x, w, b = (torch.randn(*s, device="cuda", dtype=dtype) for s in ((size, size), (size, size), (size,)))
     for _ in range(3):
         cublas(x, w, b, tf32)
-    best = float("inf")
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        cublas(x, w, b, tf32)
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3)
-    return 2 * size ** 3 / best / 1e12
+    return 2 * size ** 3 / best_seconds(lambda: cublas(x, w, b, tf32), 10) / 1e12
 
 
 def main() -> int:
