@@ -13,7 +13,9 @@
 // fragments loaded by the same ldmatrix and rounded in registers, 3 instructions a value (tensor.cuh's tf32;
 // rounding in shared memory held every warp at the sync). A row then holds 32 values, not 64, and every
 // address below counts 16-byte chunks, the same for both. A thread's copies start where it worked out once
-// (tensor.cuh's TileCopy): each step adds k. By default a block's 128 x 128 of C is 4 warps of 64 x 64, not
+// (tensor.cuh's TileCopy): each step adds k. Each k-step loads the next one's fragments before it multiplies
+// its own (two sets in registers), across the end of a stage too: ldmatrix's latency hides behind the mma,
+// and the sync with it. By default a block's 128 x 128 of C is 4 warps of 64 x 64, not
 // step 9's 8 of 64 x 32: a wider warp tile reads less shared memory per mma. The tiles, warps and stages
 // are parameters (kplay run linear --variant cuda-pipeline --param ...).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
@@ -37,37 +39,44 @@ struct StageCopy {
   }
 };
 
-// One k-step of the warp's tiles, chunks kc and kc + 1 of each row: k16 of 16-bit values, k8 of TF32.
+// The warp's fragments for one k-step: chunks kc and kc + 1 of each row, k16 of 16-bit values, k8 of TF32.
 template <typename T>
-__device__ __forceinline__ void multiply(float (&acc)[MI][NI][4], const uint4* As, const uint4* Bs, int kc, int wm,
-                                         int wn, int lane) {
-  uint32_t af[MI][4], bf[NI][2];
+struct Fragments {
+  uint32_t a[MI][4], b[NI][2];
+
+  __device__ __forceinline__ void load(const uint4* As, const uint4* Bs, int kc, int wm, int wn, int lane) {
 #pragma unroll
-  for (int i = 0; i < MI; ++i) ldmatrix_x4(af[i], As + swizzled(wm + i * 16 + lane % 16, kc + lane / 16));
+    for (int i = 0; i < MI; ++i) ldmatrix_x4(a[i], As + swizzled(wm + i * 16 + lane % 16, kc + lane / 16));
 #pragma unroll
-  for (int j = 0; j < NI; j += 2) {
-    uint32_t r[4];
-    ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kc + lane / 8 % 2));
-    bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];
+    for (int j = 0; j < NI; j += 2) {
+      uint32_t r[4];
+      ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kc + lane / 8 % 2));
+      b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
+    }
   }
-  if constexpr (std::is_same_v<T, float>) {  // half a TF32 unit added: the tensor cores' truncation then rounds
+
+  // TF32's values rounded here, as they are used, not as they are loaded: the next k-step's fragments, in
+  // flight meanwhile, would otherwise hold registers twice (255 of them, and spills).
+  __device__ __forceinline__ void multiply(float (&acc)[MI][NI][4]) const {
+    constexpr bool TF32 = std::is_same_v<T, float>;  // half a TF32 unit added: the tensor cores' truncation then rounds
+    uint32_t ra[MI][4], rb[NI][2];
 #pragma unroll
-    for (auto& f : af) for (uint32_t& r : f) r = tf32(r);
+    for (int i = 0; i < MI; ++i) for (int r = 0; r < 4; ++r) ra[i][r] = TF32 ? tf32(a[i][r]) : a[i][r];
 #pragma unroll
-    for (auto& f : bf) for (uint32_t& r : f) r = tf32(r);
-  }
+    for (int j = 0; j < NI; ++j) for (int r = 0; r < 2; ++r) rb[j][r] = TF32 ? tf32(b[j][r]) : b[j][r];
 #pragma unroll
-  for (int i = 0; i < MI; ++i) {
+    for (int i = 0; i < MI; ++i) {
 #pragma unroll
-    for (int j = 0; j < NI; ++j) {
-      if constexpr (std::is_same_v<T, float>) {
-        mma_1688_tf32(acc[i][j], af[i], bf[j]);
-      } else {
-        mma_16816<T>(acc[i][j], af[i], bf[j]);
+      for (int j = 0; j < NI; ++j) {
+        if constexpr (TF32) {
+          mma_1688_tf32(acc[i][j], ra[i], rb[j]);
+        } else {
+          mma_16816<T>(acc[i][j], ra[i], rb[j]);
+        }
       }
     }
   }
-}
+};
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
@@ -83,26 +92,43 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
   const StageCopy<T> copy{{A, lda, m0, M, int(threadIdx.x)}, {B, ldb, n0, N, int(threadIdx.x)}};
 
   // The pipeline fills: steps 0 .. STAGES - 2 in flight, one commit group each (empty past the last step,
-  // so that "all but STAGES - 2 groups done" always means "this step's tiles are here").
+  // so that "all but STAGES - 2 groups done" always means "the next step's tiles are here").
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < steps) copy(stages + s * STAGE, s * BK, K, vec);
     cp_async_commit();
   }
-  for (int step = 0, read = 0; step < steps; ++step, read = read == STAGES - 1 ? 0 : read + 1) {
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  Fragments<T> f[2];  // one k-step's fragments multiplied while the next one's arrive from shared memory
+  if (steps > 0) f[0].load(stages, stages + BM * CHUNKS, 0, wm, wn, lane);
+  for (int step = 0, read = 0; step < steps; ++step) {
     const int write = read == 0 ? STAGES - 1 : read - 1;  // the stage the last step read: step + STAGES - 1's
-    // kplay:todo Wait (all but STAGES - 2 groups), sync, copy step + STAGES - 1 to `write`, commit.
-    // kplay:why A thread's wait covers its own copies; the sync shows everyone's to every warp, and says every
-    // kplay:why warp is done with the last step's stage. Commit a group even when there is no step left to
-    // kplay:why copy, so the count stays true.
-    cp_async_wait<STAGES - 2>();  // this thread's copies of `step` have landed
-    __syncthreads();  // everyone's have; and everyone is done with the stage reused below
+    const int next = read == STAGES - 1 ? 0 : read + 1;
+    // kplay:todo Copy step + STAGES - 1 into `write`, and commit the group.
+    // kplay:why The sync before this step's first fragments said every warp is done with `write`. Commit a
+    // kplay:why group even when there is no step left to copy, so the count of groups stays true.
     if (step + STAGES - 1 < steps) copy(stages + write * STAGE, (step + STAGES - 1) * BK, K, vec);
     cp_async_commit();
     // kplay:end
-    const uint4* As = stages + read * STAGE;
 #pragma unroll
-    for (int kc = 0; kc < CHUNKS; kc += 2) multiply<T>(acc, As, As + BM * CHUNKS, kc, wm, wn, lane);
+    for (int ks = 0; ks < CHUNKS / 2; ++ks) {  // each k-step loads the next one's fragments, then multiplies
+      if (ks < CHUNKS / 2 - 1) {  // the next k-step is in this stage
+        const uint4* As = stages + read * STAGE;
+        f[(ks + 1) % 2].load(As, As + BM * CHUNKS, 2 * (ks + 1), wm, wn, lane);
+      } else {  // it is the next step's first
+        // kplay:todo Wait until the next step's tiles are here (all but STAGES - 2 groups), and sync.
+        // kplay:why A thread's wait covers its own copies; the sync shows everyone's to every warp, and says
+        // kplay:why every warp is done with this stage (its last fragments are in registers).
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        // kplay:end
+        const uint4* As = stages + next * STAGE;
+        if (step + 1 < steps) f[(ks + 1) % 2].load(As, As + BM * CHUNKS, 0, wm, wn, lane);
+      }
+      f[ks % 2].multiply(acc);
+    }
+    read = next;
   }
   cp_async_wait<0>();  // no copy outlives the block (the last groups are empty, but say so)
 #pragma unroll
