@@ -28,6 +28,7 @@ constexpr int STAGES = {{stages}}, CHUNKS = 8;  // CHUNKS: 16-byte chunks of a t
 constexpr int WARPS_M = {{warps_m}}, WARPS_N = {{warps_n}}, THREADS = 32 * WARPS_M * WARPS_N;
 constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
 constexpr int STAGE = (BM + BN) * CHUNKS;  // chunks in one stage: A's tile, then B's (32 KB at 128 x 128)
+static_assert(CHUNKS / 2 % 2 == 0, "an even number of k-steps a stage: every step's first fragments go to f[0]");
 
 // This thread's share of the copies of A's tiles and of B's, each stage's tile of A before its tile of B.
 template <typename T>
