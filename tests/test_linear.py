@@ -596,6 +596,19 @@ def test_the_pipeline_step_takes_float32_as_tf32():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("params", [{"stages": 2}, {"stages": 5}, {"block_m": 256, "warps_m": 4, "stages": 4}],
+                         ids=["2-stages", "5-stages", "256x128-4-stages"])
+def test_the_pipeline_step_at_other_depths_and_tiles(params):
+    """Its wait counts groups: at 2 stages the next step's copy is the newest group, at 5 three are newer; k of
+    one step to 128, in bfloat16 and as TF32."""
+    ops = playground.load("linear", variant="cuda-pipeline", device="cuda", params=params)
+    for dtype, math in [(torch.bfloat16, ""), (torch.float32, "tf32")]:
+        for shape in [(1, 1, 1), (130, 260, 129), (64, 4096, 64), (300, 128, 264)]:
+            x, w, b, gy = seeded(shape, dtype, "cuda")
+            assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy, math) == [], (params, dtype, shape)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("k", [64, 61])  # 61: the value-by-value copy
 def test_the_pipeline_step_rounds_float32_to_the_nearest_tf32(k):
     """The tensor cores drop a float's low 13 bits; the kernel adds half a TF32 unit first, so 1 + 0.75 * 2^-10
