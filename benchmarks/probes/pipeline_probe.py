@@ -1,0 +1,139 @@
+"""What a change to linear's mma.sync rung (cuda-pipeline) bought, and what its TF32 rounding costs: the rung
+before (a commit's snippets/linear), the rung now, and the rung now with its fragments left unrounded, side by
+side in TF32 and bfloat16 at 4096^3; cuda-double-buffer's default tiles and thread_m=4, thread_n=4 in float32.
+First: does cuBLAS's TF32 round its inputs or truncate them (its result against each, in float64)?
+
+    python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3]
+
+The families compared are built in a temporary folder: `linear_before` (git archive of snippets/linear at
+COMMIT) and `linear_unrounded` (snippets/linear with the fragments' tf32() calls taken out: the tensor cores
+then truncate, which the TF32 tolerance does not allow; it is timed all the same). Each contender is checked
+against float64 within the variant's tolerance ("WRONG" where not), then timed with kplay's timer (CUDA events,
+contenders taking turns), three runs, the median of their medians. Needs a GPU (sm_80 or later) and git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import multiprocessing
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/: common
+
+from common import spec as load_spec  # noqa: E402  it puts the repository on sys.path
+from linear_gpu import cublas  # noqa: E402
+
+import torch  # noqa: E402
+
+import playground  # noqa: E402
+from playground.run.timing import bench  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+ROUNDING = ("TF32 ? tf32(a[i][r]) : a[i][r]", "TF32 ? tf32(b[j][r]) : b[j][r]")  # 10_pipeline.cu's multiply
+PIPE = [(fam, "cuda-pipeline", {}) for fam in ("linear_before", "linear", "linear_unrounded")]
+F32 = [("linear", "cuda-double-buffer", p) for p in [{}, dict(thread_m=4, thread_n=4)]]
+ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PIPE),
+        ("bfloat16", torch.bfloat16, False, PIPE)]
+
+
+def families(before: str, into: Path) -> None:
+    """linear_before and linear_unrounded, each a family folder under `into`."""
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", before, "snippets/linear"], capture_output=True,
+                         check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+        t.extractall(into / "old", filter="data")
+    (into / "old/snippets/linear").rename(into / "linear_before")
+    shutil.rmtree(into / "old")
+    unrounded = into / "linear_unrounded"
+    subprocess.run(["cp", "-r", str(REPO / "snippets/linear"), str(unrounded)], check=True)
+    source = (unrounded / "10_pipeline.cu").read_text()
+    for call in ROUNDING:
+        if call not in source:
+            raise SystemExit(f"10_pipeline.cu no longer has `{call}`: update ROUNDING")
+        source = source.replace(call, call.split(" : ")[1])
+    (unrounded / "10_pipeline.cu").write_text(source)
+
+
+def load(job: tuple[str, str, dict], where: str):
+    fam, variant, params = job
+    return playground.load(fam, variant=variant, device="cuda", params=params or None,
+                           paths=None if fam == "linear" else [where])
+
+
+def build(args: tuple[tuple[str, str, dict], str]) -> str:
+    load(*args)
+    return str(args[0])
+
+
+def tf32_mode() -> list[str]:
+    """cuBLAS's TF32 product of random inputs against float64 products of the inputs truncated, rounded to
+    nearest (ties to even) and as they are: the nearest is what it does."""
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(1024, 1024, generator=g).cuda(), torch.randn(1024, 1024, generator=g).cuda()
+    y = cublas(x, w, None, True).double()
+
+    def truncated(t):
+        return (t.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+    def rounded(t):
+        i = t.view(torch.int32)
+        return ((i + 0xFFF + ((i >> 13) & 1)) & ~0x1FFF).view(torch.float32)
+    return [f"cuBLAS TF32 against inputs {name}: max |diff| {(y - f(x).double() @ f(w).double().T).abs().max():.3e}"
+            for name, f in [("truncated", truncated), ("rounded", rounded), ("float32", lambda t: t)]]
+
+
+def table(name, dtype, tf32, jobs, args, spec, where) -> list[str]:
+    s = args.size
+    x, w, b, _ = spec.make_inputs({"batch": s, "in": s, "out": s}, dtype, "cpu", torch.Generator().manual_seed(0))
+    x, w, b = x.cuda(), w.cuda(), b.cuda()
+    ref = torch.nn.functional.linear(*(t.double() for t in (x, w, b)))
+    tol = spec.product_tolerance(x, w, dtype, extra=b, tf32=tf32)
+    calls, lines = {"cuBLAS": lambda: cublas(x, w, b, tf32)}, []
+    for job in jobs:
+        ops = load(job, where)
+        label = f"{job[0]} {job[1].removeprefix('cuda-')} {job[2] or '(default)'}"
+        err = (spec.linear(ops, x, w, b).double() - ref).abs().max().item()
+        if err > tol:
+            lines.append(f"{name} {label}: WRONG {err:.2e} > {tol:.2e} (timed all the same)")
+        calls[label] = lambda ops=ops: spec.linear(ops, x, w, b)
+    runs = [bench(calls, "cuda", budget_s=args.budget) for _ in range(3)]
+    ms = {n: sorted(r[n].median_s for r in runs)[1] * 1e3 for n in calls}
+    for n, t in ms.items():
+        spread = [round(r[n].median_s * 1e3, 3) for r in runs]
+        lines.append(f"{name} {s}^3 | {n:50s} | {t:.3f} ms | {2 * s ** 3 / t / 1e9:.1f} TFLOP/s | "
+                     f"{100 * ms['cuBLAS'] / t:.1f}% | {spread}")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", required=True, help="the commit whose snippets/linear is `linear_before`")
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--budget", type=float, default=0.3, help="seconds of timing a run")
+    args = ap.parse_args()
+    spec = load_spec("linear")
+    with tempfile.TemporaryDirectory() as where:
+        families(args.before, Path(where))
+        jobs = [(job, where) for job in dict.fromkeys((f, v, tuple(p.items())) for _, _, _, js in ROWS
+                                                      for f, v, p in js)]
+        jobs = [((f, v, dict(p)), w) for (f, v, p), w in jobs]
+        with ProcessPoolExecutor(8, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(build, jobs))
+        print(f"# linear's cuda-pipeline before ({args.before}) and now, on {torch.cuda.get_device_name()}\n")
+        print(f"made by: python benchmarks/probes/pipeline_probe.py --before {args.before} --size {args.size} "
+              f"--budget {args.budget}; kplay's timer, 3 runs, the median of their medians\n")
+        print("\n".join(tf32_mode()), flush=True)
+        for name, dtype, tf32, js in ROWS:
+            print("\n".join(table(name, dtype, tf32, js, args, spec, where)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
