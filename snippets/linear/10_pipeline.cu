@@ -57,7 +57,7 @@ struct Fragments {
   }
 
   // TF32's values rounded here, as they are used, not as they are loaded: the next k-step's fragments, in
-  // flight meanwhile, would otherwise hold registers twice (255 of them, and spills).
+  // flight meanwhile, would otherwise hold registers twice (254 of them, and spills).
   __device__ __forceinline__ void multiply(float (&acc)[MI][NI][4]) const {
     constexpr bool TF32 = std::is_same_v<T, float>;  // half a TF32 unit added: the tensor cores' truncation then rounds
     uint32_t ra[MI][4], rb[NI][2];
