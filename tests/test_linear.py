@@ -611,13 +611,14 @@ def test_the_pipeline_step_at_other_depths_and_tiles(params):
 @pytest.mark.cuda
 @pytest.mark.parametrize("k", [64, 61])  # 61: the value-by-value copy
 def test_the_pipeline_step_rounds_float32_to_the_nearest_tf32(k):
-    """The tensor cores drop a float's low 13 bits; the kernel adds half a TF32 unit first, so 1 + 0.75 * 2^-10
-    enters as 1 + 2^-10 (truncated: 1; unrounded: itself) and -(1 + 0.5 * 2^-10), a tie, as -(1 + 2^-10),
-    away from zero (to even: -1); y's sums are exact. A NaN with a mantissa of all ones (CUDA's own, either
-    sign) stays a NaN, and inf stays inf."""
+    """The tensor cores drop a float's low 13 bits; the kernel rounds first, so 1 + 0.75 * 2^-10 enters as
+    1 + 2^-10 (truncated: 1; unrounded: itself). -(1 + 0.5 * 2^-10) is a tie: to even (-1) on Hopper, as cuBLAS
+    does, away from zero (-(1 + 2^-10)) before it. y's sums are exact. A NaN with a mantissa of all ones
+    (CUDA's own, either sign) stays a NaN, and inf stays inf."""
     ops = half_ops("cuda-pipeline")
     w, b = torch.ones(8, k, device="cuda"), torch.zeros(8, device="cuda")
-    for v, tf32 in [(1 + 0.75 * 2 ** -10, 1 + 2 ** -10), (-(1 + 0.5 * 2 ** -10), -(1 + 2 ** -10)), (1.25, 1.25)]:
+    tie = -1.0 if torch.cuda.get_device_capability() >= (9, 0) else -(1 + 2 ** -10)
+    for v, tf32 in [(1 + 0.75 * 2 ** -10, 1 + 2 ** -10), (-(1 + 0.5 * 2 ** -10), tie), (1.25, 1.25)]:
         y = spec.linear(ops, torch.full((16, k), v, device="cuda"), w, b)
         assert torch.equal(y, torch.full_like(y, k * tf32)), (v, y[0, 0].item())
     x = torch.ones(16, k, device="cuda")

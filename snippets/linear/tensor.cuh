@@ -121,15 +121,21 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// A float32's bits made ready for the TF32 tensor cores, which (on the GPUs tested) read the top 19 bits and
-// drop the low 13: half a TF32 unit in the last place added first turns that truncation into rounding to
-// nearest, ties away from zero, as cvt.rna.tf32.f32 does; a finite overflow rounds up to inf, as it should.
-// A NaN whose mantissa is nearly all ones (CUDA's own is 0x7fffffff) would carry into the sign and leave a
-// zero: the two mins first clamp a negative one's bits (unsigned) and a positive one's (signed) below that,
-// and a NaN stays a NaN. Three instructions, no predicate: cvt.rna's test for inf and NaN took this kernel's
-// 64 x 64 warp tiles past 255 registers.
+// A float32's bits made ready for the TF32 tensor cores, which read the top 19 bits and drop the low 13.
+// On Hopper one instruction rounds to nearest, ties to even, as cuBLAS does (cvt.rn.tf32.f32: F2FP in the SASS).
+// Before it, cvt has only .rna, five instructions with tests for inf and NaN, so: half a TF32 unit in the last
+// place added first turns the truncation into rounding to nearest, ties away from zero; a finite overflow
+// rounds up to inf, as it should. A NaN whose mantissa is nearly all ones (CUDA's own is 0x7fffffff) would
+// carry into the sign and leave a zero: the two mins first clamp a negative one's bits (unsigned) and a
+// positive one's (signed) below that, and a NaN stays a NaN. Three instructions a value.
 __device__ __forceinline__ uint32_t tf32(uint32_t bits) {
+#if __CUDA_ARCH__ >= 900
+  uint32_t rounded;
+  asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(rounded) : "f"(__uint_as_float(bits)));
+  return rounded;
+#else
   return uint32_t(min(int(min(bits, 0xffffefffu)), 0x7fffefff)) + 0x1000u;
+#endif
 }
 
 // ---- cuda-pipeline: copies that skip the registers, and a swizzle in place of padding --------------------
