@@ -1,6 +1,7 @@
 """What a change to linear's mma.sync rung (cuda-pipeline) bought, and what its TF32 rounding costs: the rung
 before (a commit's snippets/linear), the rung now, and the rung now with its fragments left unrounded, side by
-side in TF32 and bfloat16 at 4096^3; cuda-double-buffer's default tiles and thread_m=4, thread_n=4 in float32.
+side in TF32 and bfloat16 at 4096^3, and the rung now at three larger block tiles (less of A and B read from L2
+a multiply); cuda-double-buffer's default tiles and three others in float32 (8 x 8 outputs a thread).
 First: does cuBLAS's TF32 round its inputs or truncate them (its result against each, in float64)?
 
     python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3]
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import io
 import multiprocessing
+import os
 import shutil
 import subprocess
 import sys
@@ -37,8 +39,12 @@ from playground.run.timing import bench  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ROUNDING = ("TF32 ? tf32(a[i][r]) : a[i][r]", "TF32 ? tf32(b[j][r]) : b[j][r]")  # 10_pipeline.cu's multiply
-PIPE = [(fam, "cuda-pipeline", {}) for fam in ("linear_before", "linear", "linear_unrounded")]
-F32 = [("linear", "cuda-double-buffer", p) for p in [{}, dict(thread_m=4, thread_n=4)]]
+WIDE, TALL = dict(block_m=128, block_n=256, warps_m=2, warps_n=4), dict(block_m=256, block_n=128, warps_m=4, warps_n=2)
+PIPE = [(fam, "cuda-pipeline", {}) for fam in ("linear_before", "linear", "linear_unrounded")] + [
+    ("linear", "cuda-pipeline", p) for p in [WIDE, TALL, dict(WIDE, stages=4)]]
+EIGHT = dict(warp_n=64, thread_n=8)  # 8 x 8 outputs a thread, 8 warps: fewer shared loads a multiply
+F32 = [("linear", "cuda-double-buffer", p) for p in [{}, EIGHT, dict(EIGHT, block_k=32),
+                                                     dict(EIGHT, block_m=128, block_n=256)]]
 ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PIPE),
         ("bfloat16", torch.bfloat16, False, PIPE)]
 
@@ -124,7 +130,7 @@ def main() -> int:
         jobs = [(job, where) for job in dict.fromkeys((f, v, tuple(p.items())) for _, _, _, js in ROWS
                                                       for f, v, p in js)]
         jobs = [((f, v, dict(p)), w) for (f, v, p), w in jobs]
-        with ProcessPoolExecutor(8, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn")) as pool:
             list(pool.map(build, jobs))
         print(f"# linear's cuda-pipeline before ({args.before}) and now, on {torch.cuda.get_device_name()}\n")
         print(f"made by: python benchmarks/probes/pipeline_probe.py --before {args.before} --size {args.size} "
