@@ -10,8 +10,8 @@
 // read (steps 11-13), and padding would not fit it.
 //
 // float32 runs here too, as TF32 (other arithmetic: task.toml's math = "tf32"): mma.sync m16n8k8, its
-// fragments loaded by the same ldmatrix and rounded in registers, 3 instructions a value (tensor.cuh's tf32;
-// rounding in shared memory held every warp at the sync). A row then holds 32 values, not 64, and every
+// fragments loaded by the same ldmatrix and rounded in registers, one instruction a value on Hopper, three
+// before it (tensor.cuh's tf32; rounding in shared memory held every warp at the sync). A row then holds 32 values, not 64, and every
 // address below counts 16-byte chunks, the same for both. A thread's copies start where it worked out once
 // (tensor.cuh's TileCopy): each step adds k. Each k-step loads the next one's fragments before it multiplies
 // its own (two sets in registers), across the end of a stage too: ldmatrix's latency hides behind the mma,
@@ -59,7 +59,7 @@ struct Fragments {
   // TF32's values rounded here, as they are used, not as they are loaded: the next k-step's fragments, in
   // flight meanwhile, would otherwise hold registers twice (254 of them, and spills).
   __device__ __forceinline__ void multiply(float (&acc)[MI][NI][4]) const {
-    constexpr bool TF32 = std::is_same_v<T, float>;  // half a TF32 unit added: the tensor cores' truncation then rounds
+    constexpr bool TF32 = std::is_same_v<T, float>;  // to the nearest TF32: the tensor cores would truncate
     uint32_t ra[MI][4], rb[NI][2];
 #pragma unroll
     for (int i = 0; i < MI; ++i) for (int r = 0; r < 4; ++r) ra[i][r] = TF32 ? tf32(a[i][r]) : a[i][r];
