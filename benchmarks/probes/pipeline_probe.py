@@ -4,7 +4,7 @@ side in TF32 and bfloat16 at 4096^3, and the rung now at three larger block tile
 a multiply); cuda-double-buffer's default tiles and three others in float32 (8 x 8 outputs a thread).
 First: does cuBLAS's TF32 round its inputs or truncate them (its result against each, in float64)?
 
-    python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3]
+    python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3] [--quick]
 
 The families compared are built in a temporary folder: `linear_before` (git archive of snippets/linear at
 COMMIT) and `linear_unrounded` (snippets/linear with the fragments' tf32() calls taken out: the tensor cores
@@ -123,20 +123,22 @@ def main() -> int:
     ap.add_argument("--before", required=True, help="the commit whose snippets/linear is `linear_before`")
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--budget", type=float, default=0.3, help="seconds of timing a run")
+    ap.add_argument("--quick", action="store_true", help="the three rungs at their default tiles, TF32 and bfloat16")
     args = ap.parse_args()
     spec = load_spec("linear")
+    rows = [(n, d, t, [j for j in js if not j[2]]) for n, d, t, js in ROWS[1:]] if args.quick else ROWS
     with tempfile.TemporaryDirectory() as where:
         families(args.before, Path(where))
-        jobs = [(job, where) for job in dict.fromkeys((f, v, tuple(p.items())) for _, _, _, js in ROWS
+        jobs = [(job, where) for job in dict.fromkeys((f, v, tuple(p.items())) for _, _, _, js in rows
                                                       for f, v, p in js)]
         jobs = [((f, v, dict(p)), w) for (f, v, p), w in jobs]
         with ProcessPoolExecutor(os.cpu_count(), mp_context=multiprocessing.get_context("spawn")) as pool:
             list(pool.map(build, jobs))
         print(f"# linear's cuda-pipeline before ({args.before}) and now, on {torch.cuda.get_device_name()}\n")
         print(f"made by: python benchmarks/probes/pipeline_probe.py --before {args.before} --size {args.size} "
-              f"--budget {args.budget}; kplay's timer, 3 runs, the median of their medians\n")
+              f"--budget {args.budget}{' --quick' * args.quick}; kplay's timer, 3 runs, the median of their medians\n")
         print("\n".join(tf32_mode()), flush=True)
-        for name, dtype, tf32, js in ROWS:
+        for name, dtype, tf32, js in rows:
             print("\n".join(table(name, dtype, tf32, js, args, spec, where)), flush=True)
     return 0
 
