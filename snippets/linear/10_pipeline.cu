@@ -11,13 +11,13 @@
 //
 // float32 runs here too, as TF32 (other arithmetic: task.toml's math = "tf32"): mma.sync m16n8k8, its
 // fragments loaded by the same ldmatrix and rounded in registers, one instruction a value on Hopper, three
-// before it (tensor.cuh's tf32; rounding in shared memory held every warp at the sync). A row then holds 32 values, not 64, and every
-// address below counts 16-byte chunks, the same for both. A thread's copies start where it worked out once
-// (tensor.cuh's TileCopy): each step adds k. Each k-step loads the next one's fragments before it multiplies
-// its own (two sets in registers), across the end of a stage too: ldmatrix's latency hides behind the mma,
-// and the sync with it. By default a block's 128 x 128 of C is 4 warps of 64 x 64, not
-// step 9's 8 of 64 x 32: a wider warp tile reads less shared memory per mma. The tiles, warps and stages
-// are parameters (kplay run linear --variant cuda-pipeline --param ...).
+// before it (tensor.cuh's tf32; rounding in shared memory held every warp at the sync). A row then holds 32
+// values, not 64, and every address below counts 16-byte chunks, the same for both. A thread's copies start
+// where it worked out once (tensor.cuh's TileCopy): each step adds k. Each k-step loads the next one's
+// fragments before it multiplies its own (two sets in registers), across the end of a stage too: ldmatrix's
+// latency hides behind the mma, and the sync with it. By default a block's 128 x 128 of C is 4 warps of
+// 64 x 64, not step 9's 8 of 64 x 32: a wider warp tile reads less shared memory per mma. The tiles, warps
+// and stages are parameters (kplay run linear --variant cuda-pipeline --param ...).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
 #include "tensor.cuh"  // launch_matmul_nt, ldmatrix_x4, mma_16816, mma_1688_tf32, TileCopy, store_fragment
 
