@@ -56,8 +56,8 @@ struct Fragments {
     }
   }
 
-  // TF32's values rounded here, as they are used, not as they are loaded: the next k-step's fragments, in
-  // flight meanwhile, would otherwise hold registers twice (254 of them, and spills).
+  // TF32's values rounded here, as they are used, not as they are loaded: rounded on load, they ran slower
+  // on an H100 (and the three-instruction form took 254 registers and spilled).
   __device__ __forceinline__ void multiply(float (&acc)[MI][NI][4]) const {
     constexpr bool TF32 = std::is_same_v<T, float>;  // to the nearest TF32: the tensor cores would truncate
     uint32_t ra[MI][4], rb[NI][2];
