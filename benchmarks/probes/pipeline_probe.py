@@ -126,7 +126,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="the three rungs at their default tiles, TF32 and bfloat16")
     args = ap.parse_args()
     spec = load_spec("linear")
-    rows = [(n, d, t, [j for j in js if not j[2]]) for n, d, t, js in ROWS[1:]] if args.quick else ROWS
+    rows = [(n, d, t, [j for j in js if not j[2]]) for n, d, t, js in ROWS if n != "float32"] if args.quick else ROWS
     with tempfile.TemporaryDirectory() as where:
         families(args.before, Path(where))
         jobs = [(job, where) for job in dict.fromkeys((f, v, tuple(p.items())) for _, _, _, js in rows
