@@ -59,11 +59,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         mma-ceiling) step mma-ceiling 120 python3 benchmarks/probes/mma_ceiling_probe.py --out $R/mma-ceiling.md ;;  # mma.sync alone
         pipeline-profile) step pipeline-profile 240 bash -c "for d in bfloat16 float32; do python3 cli.py profile linear \\
                           --variant cuda-pipeline --batch 4096 --in 4096 --out 4096 --dtype \$d; done" ;;  # its L2 figure
-        pipeline-stalls) step pipeline-stalls 240 bash -c "for d in bfloat16 float32; do /usr/local/cuda/bin/ncu \\
-                         --target-processes all --kernel-name regex:matmul_nt_pipeline --launch-skip 2 --launch-count 1 --section WarpStateStats \\
-                         --section MemoryWorkloadAnalysis_Tables --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio' \\
-                         python3 cli.py run linear --variant cuda-pipeline --device cuda --batch 4096 --in 4096 --out 4096 \\
-                         --dtype \$d; done" ;;  # why its warps wait: each stall reason per issued instruction
+        pipeline-stalls) step pipeline-stalls 300 bash benchmarks/probes/ncu_stalls.sh $R/stalls ;;  # why the top rungs' warps wait
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
         sum-small) step sum-small 300 python3 benchmarks/sum_gpu.py --sizes 1e3,1e4,1e5,1e6,1e7,1e8,1e9 --runs 3 --out $R ;;
