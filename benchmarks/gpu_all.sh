@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1 and -2, its halves) pool pool-tests notebook watch ladder sum linear
+#     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1 and -2, its two parts: all but linear and lltm, then those two) pool pool-tests notebook watch ladder sum linear
 #            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics tensor-probe racecheck-probe epilogue-probe tiles-probe mma-ceiling pipeline-profile pipeline-stalls linear-tiles
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
