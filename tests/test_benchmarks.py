@@ -175,3 +175,16 @@ def test_the_tensor_core_ladders_picture_is_drawn_from_its_json(tmp_path, monkey
     (tmp_path / "half.json").write_text(json.dumps(record))
     monkeypatch.setattr(sys, "argv", ["linear_half_gpu.py", "--plot-from", str(tmp_path / "half.json")])
     assert linear_half_gpu.main() == 0 and (tmp_path / "half.png").stat().st_size > 10_000
+
+
+def test_sass_loop_takes_the_loop_that_holds_the_math_and_counts_one_bank_ffmas():
+    import sass_loop
+
+    code = ["@P0 BRA `(.L_x_3)", "MOV R1, R2", ".L_x_1:", "FFMA R4, R2, R6, R4", "IADD3 R1, R1, 0x1, RZ",
+            "@P1 BRA `(.L_x_1)", ".L_x_2:", "FFMA R5, R3.reuse, R7, R9", "FFMA R5, R1, R3, R7", "FFMA R6, R1, R2, R7",
+            "@!P1 BRA `(.L_x_2)", ".L_x_3:", "FFMA R8, R1, R2, R3", "FFMA R8, R1, R2, R3", "EXIT"]
+    body = sass_loop.main_loop(code)  # the second loop: three FFMAs against one; the forward branch is no loop
+    assert body == code[7:11]
+    assert sass_loop.bank_conflicts(body) == 1  # R1, R3, R7: all odd; R3.reuse leaves two; R2 breaks the third
+    assert sass_loop.bank_conflicts(code[3:6]) == 1 and sass_loop.main_loop(code[:2]) == []
+    assert sass_loop.opcode("@!P0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]") == "LDGSTS.E.BYPASS.128"
