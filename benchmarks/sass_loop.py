@@ -87,7 +87,7 @@ def main() -> None:
     lines = ["# linear's top CUDA steps: what their main loops issue, from the SASS", "",
              "made by: python benchmarks/sass_loop.py; kplay builds with nvcc for sm_90, nvdisasm reads the cubin, "
              "no GPU. A loop's instructions as compiled (both sides of its branches); per math: instructions for "
-             "each FFMA or HMMA; bank: FFMAs with three non-reused sources in one of two register banks.", "",
+             "each FFMA, DFMA or HMMA; bank: FFMAs with three non-reused sources in one of two register banks.", "",
              "| step | kernel | loop | math | per math | sync | shared | global | convert | other | bank | "
              "the other opcodes |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|", *rows]
     emit("\n".join(lines) + "\n", args.out)
