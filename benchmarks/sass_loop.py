@@ -3,7 +3,7 @@
     python benchmarks/sass_loop.py [--out FILE]
 
 Builds cuda-double-buffer, cuda-mma and cuda-pipeline through kplay (nvcc, and nvdisasm: the insight extra) and
-takes each kernel's main loop: the backward branch whose body holds the most FFMA or HMMA. It counts the body's
+takes each kernel's main loop: the backward branch whose body holds the most FFMA, DFMA or HMMA. It counts the body's
 instructions by kind. The counts are the loop as compiled, both sides of any branch in it (the copy's test for
 the matrix's edge, say), not what one pass executes: ncu's per-instruction counts say that. Register banks: two,
 register number mod 2, as measured on Volta and Turing (Jia et al., "Dissecting the NVIDIA Volta GPU
@@ -83,7 +83,8 @@ def main() -> None:
     for step in STEPS:
         found, _, _ = disasm.compiled("sass", family, family.variants[step], {}, lambda *_, **__: None)
         for f in found:
-            rows.append(row(step, f.name.split("(")[0].removeprefix("void "), main_loop([c for g in f.groups for c in g.code])))
+            code = [c for g in f.groups for c in g.code]
+            rows.append(row(step, f.name.split("(")[0].removeprefix("void "), main_loop(code)))
     lines = ["# linear's top CUDA steps: what their main loops issue, from the SASS", "",
              "made by: python benchmarks/sass_loop.py; kplay builds with nvcc for sm_90, nvdisasm reads the cubin, "
              "no GPU. A loop's instructions as compiled (both sides of its branches); per math: instructions for "
