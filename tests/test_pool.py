@@ -347,3 +347,21 @@ def test_another_server_joins_and_the_board_follows_the_results(class_pool, tmp_
         follow.wait(30)
         shutil.rmtree(p.results / "zed", ignore_errors=True)
     until(lambda: len(pool.status(p)["workers"]) == 2)  # its workers stopped with it
+
+
+def test_a_grade_lost_to_a_broken_connection_drops_the_client_so_the_next_one_connects_anew():
+    class Broken:  # a client whose scheduler came back under it: still "running", its connection dead
+        status, closed = "running", False
+
+        def submit(self, *args, **kwargs):
+            raise ValueError("IOStream is not idle; cannot convert to SSL")
+
+        def close(self, timeout=None):
+            self.closed = True
+
+    e, broken = endpoint.Endpoint(None, "tls://127.0.0.1:1"), Broken()
+    e._client = broken
+    with pytest.raises(endpoint.Refused) as refused:
+        e.submit(print, (), "grade ada sum/cpp", False)
+    assert refused.value.status == 503 and "send it again" in str(refused.value)
+    assert e._client is None and broken.closed  # the next request builds a new client, not the broken one

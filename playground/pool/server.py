@@ -239,17 +239,19 @@ class Endpoint:
         """`kplay run --pool`: the request run on a worker (not kept: only grades are)."""
         student = self.student(body.get("token"))
         request, files = run_submission(body)
-        gpu = request["device"] == "cuda" or (request["device"] == "auto" and self.gpus() > 0)
+        gpu = True if request["device"] == "cuda" else None if request["device"] == "auto" else False
         with self.turn(student):
             return self.submit(run_files, (json.dumps(request), files, student), f"run {student} {request['family']}", gpu)
 
     def gpus(self) -> int:
         return sum(bool(w.get("resources", {}).get("GPU")) for w in self.client().scheduler_info()["workers"].values())
 
-    def submit(self, fn, args: tuple, key: str, gpu: bool):
-        """fn(*args) on a free worker (one with a GPU where `gpu`); its value, or Refused when the pool cannot."""
+    def submit(self, fn, args: tuple, key: str, gpu: bool | None):
+        """fn(*args) on a free worker (one with a GPU where `gpu`; None: where the pool has one); its value, or
+        Refused when the pool cannot."""
         try:
             client = self.client()
+            gpu = self.gpus() > 0 if gpu is None else gpu
             if gpu and not self.gpus():
                 raise Refused(503, "this needs a GPU and the pool has no GPU worker now")
             future = client.submit(fn, *args, key=f"{key} {uuid.uuid4().hex[:6]}",
@@ -263,7 +265,17 @@ class Endpoint:
         except Refused:
             raise
         except Exception as e:  # the scheduler restarted, or the grade killed its workers: never a silent wait
+            self.forget_client()  # its connection may be the broken part: the next request makes a new one
             raise Refused(503, f"the pool lost this grade ({type(e).__name__}): send it again") from None
+
+    def forget_client(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close(timeout=5)
+            except Exception:  # a client whose scheduler is gone may fail to close: it is dropped all the same
+                pass
 
     def save(self, student: str, family: str, variant: str, rec: dict) -> Path:
         """The latest record per student per exercise; every name in the path is the pool's, never the student's."""
