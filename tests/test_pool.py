@@ -365,3 +365,22 @@ def test_a_grade_lost_to_a_broken_connection_drops_the_client_so_the_next_one_co
         e.submit(print, (), "grade ada sum/cpp", False)
     assert refused.value.status == 503 and "send it again" in str(refused.value)
     assert e._client is None and broken.closed  # the next request builds a new client, not the broken one
+
+
+def test_a_grade_that_killed_its_workers_keeps_the_client_for_the_others_in_flight():
+    from distributed import KilledWorker
+
+    class Shared:
+        status, closed = "running", False
+
+        def submit(self, *args, **kwargs):
+            raise KilledWorker("grade eve sum/cpp", None, 3)
+
+        def close(self, timeout=None):
+            self.closed = True
+
+    e, shared = endpoint.Endpoint(None, "tls://127.0.0.1:1"), Shared()
+    e._client = shared
+    with pytest.raises(endpoint.Refused) as refused:
+        e.submit(print, (), "grade eve sum/cpp", False)
+    assert refused.value.status == 503 and e._client is shared and not shared.closed

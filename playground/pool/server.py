@@ -265,7 +265,10 @@ class Endpoint:
         except Refused:
             raise
         except Exception as e:  # the scheduler restarted, or the grade killed its workers: never a silent wait
-            self.forget_client()  # its connection may be the broken part: the next request makes a new one
+            from distributed import KilledWorker
+
+            if not isinstance(e, KilledWorker):  # the connection may be what broke: the next request makes a new
+                self.forget_client()  # one (a killed worker's grade is that one's alone: the others keep theirs)
             raise Refused(503, f"the pool lost this grade ({type(e).__name__}): send it again") from None
 
     def forget_client(self) -> None:
