@@ -349,38 +349,40 @@ def test_another_server_joins_and_the_board_follows_the_results(class_pool, tmp_
     until(lambda: len(pool.status(p)["workers"]) == 2)  # its workers stopped with it
 
 
-def test_a_grade_lost_to_a_broken_connection_drops_the_client_so_the_next_one_connects_anew():
-    class Broken:  # a client whose scheduler came back under it: still "running", its connection dead
-        status, closed = "running", False
+class _FailingClient:
+    """An endpoint's Dask client, "running", whose every submit raises `error`; it notes whether it was closed."""
 
-        def submit(self, *args, **kwargs):
-            raise ValueError("IOStream is not idle; cannot convert to SSL")
+    status, closed = "running", False
 
-        def close(self, timeout=None):
-            self.closed = True
+    def __init__(self, error: Exception):
+        self.error = error
 
-    e, broken = endpoint.Endpoint(None, "tls://127.0.0.1:1"), Broken()
-    e._client = broken
+    def submit(self, *args, **kwargs):
+        raise self.error
+
+    def close(self, timeout=None):
+        self.closed = True
+
+
+def _lost_grade(client) -> tuple:
+    """A grade submitted through an endpoint holding `client`: (the refusal, the endpoint)."""
+    e = endpoint.Endpoint(None, "tls://127.0.0.1:1")
+    e._client = client
     with pytest.raises(endpoint.Refused) as refused:
         e.submit(print, (), "grade ada sum/cpp", False)
-    assert refused.value.status == 503 and "send it again" in str(refused.value)
+    return refused.value, e
+
+
+def test_a_grade_lost_to_a_broken_connection_drops_the_client_so_the_next_one_connects_anew():
+    broken = _FailingClient(ValueError("IOStream is not idle; cannot convert to SSL"))  # its scheduler came back
+    refused, e = _lost_grade(broken)
+    assert refused.status == 503 and "send it again" in str(refused)
     assert e._client is None and broken.closed  # the next request builds a new client, not the broken one
 
 
 def test_a_grade_that_killed_its_workers_keeps_the_client_for_the_others_in_flight():
     from distributed import KilledWorker
 
-    class Shared:
-        status, closed = "running", False
-
-        def submit(self, *args, **kwargs):
-            raise KilledWorker("grade eve sum/cpp", None, 3)
-
-        def close(self, timeout=None):
-            self.closed = True
-
-    e, shared = endpoint.Endpoint(None, "tls://127.0.0.1:1"), Shared()
-    e._client = shared
-    with pytest.raises(endpoint.Refused) as refused:
-        e.submit(print, (), "grade eve sum/cpp", False)
-    assert refused.value.status == 503 and e._client is shared and not shared.closed
+    shared = _FailingClient(KilledWorker("grade ada sum/cpp", None, 3))
+    refused, e = _lost_grade(shared)
+    assert refused.status == 503 and e._client is shared and not shared.closed
