@@ -44,7 +44,8 @@ def tolerance(x, dtype):
     if n == 0:
         return 0.0, "exact (no elements)"
     flat = x.reshape(-1)
-    total, squares = flat.sum().item(), torch.dot(flat, flat).item()  # in x's dtype: a bound needs no more
+    # in x's dtype: a bound needs no more (a norm, not torch.dot: cuBLAS counts in 32 bits, to 2^31 - 1 elements)
+    total, squares = flat.sum().item(), torch.linalg.vector_norm(flat).item() ** 2
     if not math.isfinite(squares):  # float32 overflows past about 1e19 per element
         total, squares = sum64(x).item(), sum64(x, torch.square).item()
     mean = total / n
