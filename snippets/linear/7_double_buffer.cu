@@ -80,10 +80,12 @@ matmul_nt_double_buffer(const T* __restrict__ A, int64_t lda,  // (M, K), row st
       for (int sj = 0; sj < W::ITER_N; ++sj)
 #pragma unroll
         for (int j = 0; j < TN; j += 4) copy4(b + sj * TN + j, &Bs[copy][k][wn + sj * W::SUB_N + tc * TN + j]);
+      // b[j] outer: consecutive FFMAs share it, so it stays in the operand reuse cache and the other two
+      // sources never wait on one register bank (i outer, 49 of the 1,024 FFMAs a step did: sass_loop.py)
 #pragma unroll
-      for (int i = 0; i < W::ITER_M * TM; ++i)
+      for (int j = 0; j < W::ITER_N * TN; ++j)
 #pragma unroll
-        for (int j = 0; j < W::ITER_N * TN; ++j) acc[i][j] += a[i] * b[j];
+        for (int i = 0; i < W::ITER_M * TM; ++i) acc[i][j] += a[i] * b[j];
     }
     // kplay:todo If more steps follow, stash(copy ^ 1): the fetched tiles into the other copy.
     // kplay:why Everyone finished reading that copy before the last sync; the next sync completes it.

@@ -29,8 +29,7 @@ const char* launch_bits(const uint16_t* A, int64_t lda, const uint16_t* B, int64
                 static_cast<cudaStream_t>(stream));
 }
 
-// nullptr on success, else the CUDA error. The 16-bit types travel as their bits: the C++ side knows
-// neither __nv_bfloat16 nor __half.
+// nullptr on success, else the CUDA error. 16-bit values travel as bits: C++ knows no __nv_bfloat16, __half.
 const char* launch_matmul_nt(const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, const uint16_t* bias,
                              uint16_t* C, int64_t ldc, int64_t M, int64_t N, int64_t K, bool bfloat16, void* stream) {
   return (bfloat16 ? launch_bits<__nv_bfloat16> : launch_bits<__half>)(A, lda, B, ldb, bias, C, ldc, M, N, K, stream);
@@ -121,13 +120,11 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-// A float32's bits made ready for the TF32 tensor cores, which read the top 19 bits and drop the low 13.
-// On Hopper one instruction rounds to nearest, ties to even, as cuBLAS does (cvt.rn.tf32.f32: F2FP in the SASS).
-// Before it, cvt has only .rna, five instructions with tests for inf and NaN, so: half a TF32 unit in the last
-// place added first turns the truncation into rounding to nearest, ties away from zero; a finite overflow
-// rounds up to inf, as it should. A NaN whose mantissa is nearly all ones (CUDA's own is 0x7fffffff) would
-// carry into the sign and leave a zero: the two mins first clamp a negative one's bits (unsigned) and a
-// positive one's (signed) below that, and a NaN stays a NaN. Three instructions a value.
+// A float32's bits made ready for the TF32 tensor cores, which read the top 19 bits and drop the low 13. Hopper
+// rounds to nearest, ties to even, as cuBLAS does, in one instruction (cvt.rn.tf32.f32: F2FP in the SASS). Before
+// it, three: half a TF32 unit in the last place added (to nearest, ties away; a finite overflow goes to inf, as
+// it should), after two mins that keep a NaN whose mantissa is nearly all ones (CUDA's own is 0x7fffffff) from
+// carrying into the sign: they clamp a negative one's bits (unsigned) and a positive one's (signed) below that.
 __device__ __forceinline__ uint32_t tf32(uint32_t bits) {
 #if __CUDA_ARCH__ >= 900
   uint32_t rounded;
@@ -162,10 +159,10 @@ __device__ __forceinline__ int swizzled(int r, int c) { return r * 8 + (c ^ (r &
 // stride ld) at (row0, k0) into a swizzled tile. Piece i is row i / 8, chunk i % 8, for i = thread, + THREADS,
 // ... (a warp copies four whole rows): a thread's chunk is the same in every piece and its rows THREADS / 8
 // apart, so where its pieces start and which rows are inside are worked out once, and a step adds k0. (An
-// index worked out per piece and step cost ~40 instructions a piece, more than the warps spent on mma.)
-// Zeros past the matrix. vec: K is a multiple of a chunk's values and the rows 16-byte aligned, so a piece is
-// all inside or all outside and one cp.async moves it (an address outside is never read, but must be valid:
-// P itself); else the piece goes value by value through registers.
+// index worked out per piece and step cost ~40 instructions a piece; a tile wholly inside, as most are, skips
+// the tests for the edges too: an add and a cp.async a piece.) Zeros past the matrix. vec: K is a multiple of
+// a chunk's values and the rows 16-byte aligned, so a piece is all inside or all outside and one cp.async
+// moves it (an address outside is never read, but must be valid: P itself); else value by value.
 template <int ROWS, int THREADS, typename T>
 struct TileCopy {
   static_assert(ROWS * 8 % THREADS == 0 && THREADS % 8 == 0, "every thread copies as many pieces, one chunk");
@@ -174,16 +171,21 @@ struct TileCopy {
   int64_t apart;     // elements from one of its pieces to the next
   int r0, c;         // its first piece's row in the tile, and its chunk
   uint32_t rows_in;  // bit n: piece n's row is inside the matrix
+  bool all_in;       // every row of the tile is
 
   __device__ TileCopy(const T* P, int64_t ld, int row0, int R, int thread)
       : P(P), src(P + (row0 + thread / 8) * ld + thread % 8 * VALUES), apart(APART * ld), r0(thread / 8),
-        c(thread % 8), rows_in(0) {
+        c(thread % 8), rows_in(0), all_in(row0 + ROWS <= R) {
 #pragma unroll
     for (int n = 0; n < PIECES; ++n) rows_in |= uint32_t(row0 + r0 + n * APART < R) << n;
   }
 
   __device__ __forceinline__ void operator()(uint4* tile, int k0, int K, bool vec = true) const {
     const int k = k0 + c * VALUES;
+    if (vec && all_in && k0 + 8 * VALUES <= K) {  // the whole tile inside: no tests
+      for (int n = 0; n < PIECES; ++n) cp_async16(tile + swizzled(r0 + n * APART, c), src + k0 + n * apart, true);
+      return;
+    }
     if (vec) {
 #pragma unroll
       for (int n = 0; n < PIECES; ++n) {
