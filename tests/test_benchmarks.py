@@ -188,3 +188,37 @@ def test_sass_loop_takes_the_loop_that_holds_the_math_and_counts_one_bank_ffmas(
     assert sass_loop.bank_conflicts(body) == 1  # R1, R3, R7: all odd; R3.reuse leaves two; R2 breaks the third
     assert sass_loop.bank_conflicts(code[3:6]) == 1 and sass_loop.main_loop(code[:2]) == []
     assert sass_loop.opcode("@!P0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]") == "LDGSTS.E.BYPASS.128"
+
+
+def test_hot_pass_takes_every_load_by_the_cheapest_route_and_no_inner_loop_twice():
+    import sass_loop
+
+    body = ["@P0 BRA `(.L_x_9)",                       # no step left: skips the copy (fewer bytes)
+            "@!P1 BRA `(.L_x_5)",                      # not vec: value by value, an inner loop
+            "@!P2 BRA `(.L_x_4)",                      # the whole tile inside: the short route
+            "ISETP.GE.AND P3, PT, R1, R2, PT", "SEL R4, R5, R6, P3", "LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64], P3",
+            "BRA `(.L_x_9)",
+            ".L_x_4:", "LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]", "BRA `(.L_x_9)",
+            ".L_x_5:", "LDG.E R8, desc[UR4][R2.64]", "STS [R1], R8", "@P4 BRA `(.L_x_5)",
+            ".L_x_9:", "LDSM.16.M88.4 R8, [R1]", "HMMA.1688.F32.TF32 R10, R8, R12, R10", "@!P0 BRA `(.L_x_0)"]
+    route = sass_loop.hot_pass(body)
+    assert route == [*body[:3], body[8], body[9], *body[15:]]  # 4 bytes a value by value: fewer than 16
+    assert sass_loop.weight("LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR24][R142.64]") == (0, 16, 0, -1)
+    assert sass_loop.weight("HMMA.16816.F32.BF16 R4, R8, R12, R4") == (1, 0, 0, -1)
+
+
+def test_mma_model_reads_the_ceiling_and_the_probe_and_divides_by_one_plus_o_over_c():
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "probes"))
+    import mma_model
+
+    cs = mma_model.ceiling("| TF32 | mma.sync m16n8k8 | 4 | 300.0 | 70% | 50% |\n"
+                           "| TF32 | mma.sync m16n8k8 | 8 | 320.0 | 79% | 60% |\n"
+                           "| bfloat16 | mma.sync m16n8k16 | 8 | 640.0 | 80% | 60% |\n"
+                           "dense peak: bfloat16: 100 SMs x 2,000 MHz x 2,048 FMA x 2 (tensor cores, dense)\n")
+    assert cs["TF32 TFLOP/s"] == 320.0 and cs["TF32"] == pytest.approx(2e9 * 4 * 100 * 2048 / 320e12)
+    assert cs["bfloat16"] == pytest.approx(2e9 * 4 * 100 * 4096 / 640e12)  # 5.12 cycles between two mma
+    times = mma_model.measured("TF32 4096^3 | cuBLAS                 | 0.341 ms | 402.8 TFLOP/s | 100.0% | [0.3]\n"
+                               "TF32 4096^3 | linear pipeline (default) | 0.749 ms | 183.5 TFLOP/s | 45.5% | [0.7]\n"
+                               "TF32 linear_unrounded pipeline (default): WRONG 2.34e-03 > 2.18e-03\n")
+    assert times == {("TF32", "cuBLAS"): 402.8, ("TF32", "linear pipeline (default)"): 183.5}
+    assert mma_model.model(320.0, 5.12, 0.0) == 320.0 and mma_model.model(320.0, 5.12, 5.12) == 160.0

@@ -48,22 +48,33 @@ ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PI
         ("bfloat16", torch.bfloat16, False, PIPE)]
 
 
-def families(before: str, into: Path) -> None:
-    """linear_before and linear_unrounded, each a family folder under `into`."""
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", before, "snippets/linear"], capture_output=True,
+def archive(commit: str, into: Path, name: str) -> Path:
+    """snippets/linear at `commit`, as the family folder into/name."""
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", commit, "snippets/linear"], capture_output=True,
                          check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         t.extractall(into / "old", filter="data")
-    (into / "old/snippets/linear").rename(into / "linear_before")
+    (into / "old/snippets/linear").rename(into / name)
     shutil.rmtree(into / "old")
-    unrounded = into / "linear_unrounded"
-    subprocess.run(["cp", "-r", str(REPO / "snippets/linear"), str(unrounded)], check=True)
-    source = (unrounded / "10_pipeline.cu").read_text()
+    return into / name
+
+
+def unrounded(source: Path, into: Path, name: str) -> Path:
+    """A copy of the family folder `source` as into/name, cuda-pipeline's fragments left unrounded."""
+    subprocess.run(["cp", "-r", str(source), str(into / name)], check=True)
+    code = (into / name / "10_pipeline.cu").read_text()
     for call in ROUNDING:
-        if call not in source:
+        if call not in code:
             raise SystemExit(f"10_pipeline.cu no longer has `{call}`: update ROUNDING")
-        source = source.replace(call, call.split(" : ")[1])
-    (unrounded / "10_pipeline.cu").write_text(source)
+        code = code.replace(call, call.split(" : ")[1])
+    (into / name / "10_pipeline.cu").write_text(code)
+    return into / name
+
+
+def families(before: str, into: Path) -> None:
+    """linear_before and linear_unrounded, each a family folder under `into`."""
+    archive(before, into, "linear_before")
+    unrounded(REPO / "snippets/linear", into, "linear_unrounded")
 
 
 def load(job: tuple[str, str, dict], where: str):
