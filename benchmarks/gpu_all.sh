@@ -4,7 +4,7 @@
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
 #     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1, -2 and -3, its three parts: all but linear, lltm, wrong and exercise; linear and lltm; wrong and exercise) pool pool-tests notebook watch ladder sum linear
-#            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics tensor-probe racecheck-probe epilogue-probe tiles-probe mma-ceiling pipeline-profile pipeline-stalls linear-tiles
+#            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics tensor-probe racecheck-probe epilogue-probe tiles-probe mma-ceiling pipeline-probe pipeline-profile pipeline-stalls linear-tiles
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
 #            (K=EXPR narrows the parallel test steps' -k further)
@@ -61,6 +61,7 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         mma-ceiling) step mma-ceiling 120 python3 benchmarks/probes/mma_ceiling_probe.py --out $R/mma-ceiling.md ;;  # mma.sync alone
         pipeline-profile) step pipeline-profile 240 bash -c "for d in bfloat16 float32; do python3 cli.py profile linear \\
                           --variant cuda-pipeline --batch 4096 --in 4096 --out 4096 --dtype \$d; done" ;;  # its L2 figure
+        pipeline-probe) step pipeline-probe 540 python3 benchmarks/probes/pipeline_probe.py --before ${BEFORE:-67c4362} ;;  # BEFORE=commit
         pipeline-stalls) step pipeline-stalls 300 bash benchmarks/probes/ncu_stalls.sh $R/stalls ;;  # why the top rungs' warps wait
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
