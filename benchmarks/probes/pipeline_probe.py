@@ -1,7 +1,7 @@
 """What a change to linear's mma.sync rung (cuda-pipeline) bought, and what its TF32 rounding costs: the rung
 before (a commit's snippets/linear), the rung now, and the rung now with its fragments left unrounded, side by
 side in TF32 and bfloat16 at 4096^3, and the rung now at three larger block tiles (less of A and B read from L2
-a multiply); cuda-double-buffer before and now in float32, and now at 128 x 128.
+a multiply); cuda-double-buffer before and now in float32, and now at 128 x 128 (block_k 16 and 32).
 First: does cuBLAS's TF32 round its inputs or truncate them (its result against each, in float64)?
 
     python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3] [--quick]
@@ -42,8 +42,9 @@ ROUNDING = ("TF32 ? tf32(a[i][r]) : a[i][r]", "TF32 ? tf32(b[j][r]) : b[j][r]") 
 WIDE, TALL = dict(block_m=128, block_n=256, warps_m=2, warps_n=4), dict(block_m=256, block_n=128, warps_m=4, warps_n=2)
 PIPE = [(fam, "cuda-pipeline", {}) for fam in ("linear_before", "linear", "linear_unrounded")] + [
     ("linear", "cuda-pipeline", p) for p in [WIDE, TALL, dict(WIDE, stages=4)]]
-F32 = [("linear_before", "cuda-double-buffer", {}), ("linear", "cuda-double-buffer", {}),
-       ("linear", "cuda-double-buffer", dict(block_m=128))]  # 128 x 128: two blocks an SM, not one
+# cuda-double-buffer before and now; now at 128 x 128 (two blocks an SM, not one), and with one sync a 32 k
+F32 = [("linear_before", "cuda-double-buffer", {})] + [
+    ("linear", "cuda-double-buffer", p) for p in [{}, dict(block_m=128), dict(block_m=128, block_k=32)]]
 ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PIPE),
         ("bfloat16", torch.bfloat16, False, PIPE)]
 
