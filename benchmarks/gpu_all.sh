@@ -62,7 +62,8 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         pipeline-profile) step pipeline-profile 240 bash -c "for d in bfloat16 float32; do python3 cli.py profile linear \\
                           --variant cuda-pipeline --batch 4096 --in 4096 --out 4096 --dtype \$d; done" ;;  # its L2 figure
         pipeline-probe) step pipeline-probe 540 python3 benchmarks/probes/pipeline_probe.py --before ${BEFORE:-67c4362} ;;  # BEFORE=commit
-        pipeline-stalls) step pipeline-stalls 300 bash benchmarks/probes/ncu_stalls.sh $R/stalls ;;  # why the top rungs' warps wait
+        pipeline-stalls) step pipeline-stalls 300 bash benchmarks/probes/ncu_stalls.sh $R/stalls  # why the top rungs' warps wait
+                         step stalls-summary 60 python3 benchmarks/probes/ncu_sass_sum.py $R/stalls/*-sass.csv.gz ;;
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;
         linear-cli) step linear-cli 240 python3 cli.py run linear --device cuda --variant all --batch 4096 --in 4096 --out 4096 ;;
         sum-small) step sum-small 300 python3 benchmarks/sum_gpu.py --sizes 1e3,1e4,1e5,1e6,1e7,1e8,1e9 --runs 3 --out $R ;;

@@ -222,3 +222,21 @@ def test_mma_model_reads_the_ceiling_and_the_probe_and_divides_by_one_plus_o_ove
                                "TF32 linear_unrounded pipeline (default): WRONG 2.34e-03 > 2.18e-03\n")
     assert times == {("TF32", "cuBLAS"): 402.8, ("TF32", "linear pipeline (default)"): 183.5}
     assert mma_model.model(320.0, 5.12, 0.0) == 320.0 and mma_model.model(320.0, 5.12, 5.12) == 160.0
+
+
+def test_ncu_sass_sum_counts_executed_instructions_by_kind_and_others_per_math(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "probes"))
+    import ncu_sass_sum
+
+    text = ('==PROF== Disconnected\n"Kernel Name","matmul_nt_pipeline"\n'
+            '"# Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed"\n'
+            '"0","HMMA.1688.F32.TF32 R4, R8, R12, R4","30","1,000"\n'
+            '"16","F2FP.TF32.F32.PACK_AB R8, RZ, R8","10","1,000"\n'
+            '"32","@!P0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64]","60","500"\n"48","","0",""\n')
+    table = ncu_sass_sum.rows(text)
+    out = "\n".join(ncu_sass_sum.summary("tf32", table, top=2))
+    assert "math 1,000; others for each math: 1.50" in out  # 1,000 conversions and 500 copies a 1,000 mma
+    assert "| global | 500 | 60.0% |" in out and "| math | 1,000 | 30.0% |" in out
+    assert out.index("- 60.0% @!P0 LDGSTS") < out.index("- 30.0% HMMA") and "10.0% F2FP" not in out  # top 2
+    with pytest.raises(SystemExit, match="no header"):
+        ncu_sass_sum.rows('"a","b"\n"1","2"\n')
