@@ -41,17 +41,19 @@ struct StageCopy {
 };
 
 // The warp's fragments for one k-step: chunks kc and kc + 1 of each row, k16 of 16-bit values, k8 of TF32.
+// pa, pb: the chunks this lane gives ldmatrix at k-step 0 (its rows of A and B, swizzled). At an even kc the
+// chunk is pa ^ kc: c + kc = c ^ kc for c < 2, and XORs commute, so a k-step costs one XOR, not the swizzle.
 template <typename T>
 struct Fragments {
   uint32_t a[MI][4], b[NI][2];
 
-  __device__ __forceinline__ void load(const uint4* As, const uint4* Bs, int kc, int wm, int wn, int lane) {
+  __device__ __forceinline__ void load(const uint4* As, const uint4* Bs, int kc, int pa, int pb) {
 #pragma unroll
-    for (int i = 0; i < MI; ++i) ldmatrix_x4(a[i], As + swizzled(wm + i * 16 + lane % 16, kc + lane / 16));
+    for (int i = 0; i < MI; ++i) ldmatrix_x4(a[i], As + (pa ^ kc) + i * 16 * CHUNKS);
 #pragma unroll
     for (int j = 0; j < NI; j += 2) {
       uint32_t r[4];
-      ldmatrix_x4(r, Bs + swizzled(wn + j * 8 + lane % 8 + lane / 16 * 8, kc + lane / 8 % 2));
+      ldmatrix_x4(r, Bs + (pb ^ kc) + j * 8 * CHUNKS);
       b[j][0] = r[0], b[j][1] = r[1], b[j + 1][0] = r[2], b[j + 1][1] = r[3];
     }
   }
@@ -91,6 +93,7 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN, steps = (K + BK - 1) / BK;
   float acc[MI][NI][4] = {};
   const StageCopy<T> copy{{A, lda, m0, M, int(threadIdx.x)}, {B, ldb, n0, N, int(threadIdx.x)}};
+  const int pa = swizzled(wm + lane % 16, lane / 16), pb = swizzled(wn + lane % 8 + lane / 16 * 8, lane / 8 % 2);
 
   // The pipeline fills: steps 0 .. STAGES - 2 in flight, one commit group each (empty past the last step,
   // so that "all but STAGES - 2 groups done" always means "the next step's tiles are here").
@@ -102,7 +105,7 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
   cp_async_wait<STAGES - 2>();
   __syncthreads();
   Fragments<T> f[2];  // one k-step's fragments multiplied while the next one's arrive from shared memory
-  if (steps > 0) f[0].load(stages, stages + BM * CHUNKS, 0, wm, wn, lane);
+  if (steps > 0) f[0].load(stages, stages + BM * CHUNKS, 0, pa, pb);
   for (int step = 0, read = 0; step < steps; ++step) {
     const int write = read == 0 ? STAGES - 1 : read - 1;  // the stage the last step read: step + STAGES - 1's
     const int next = read == STAGES - 1 ? 0 : read + 1;
@@ -116,7 +119,7 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
     for (int ks = 0; ks < CHUNKS / 2; ++ks) {  // each k-step loads the next one's fragments, then multiplies
       if (ks < CHUNKS / 2 - 1) {  // the next k-step is in this stage
         const uint4* As = stages + read * STAGE;
-        f[(ks + 1) % 2].load(As, As + BM * CHUNKS, 2 * (ks + 1), wm, wn, lane);
+        f[(ks + 1) % 2].load(As, As + BM * CHUNKS, 2 * (ks + 1), pa, pb);
       } else {  // it is the next step's first
         // kplay:todo Wait until the next step's tiles are here (all but STAGES - 2 groups), and sync.
         // kplay:why A thread's wait covers its own copies; the sync shows everyone's to every warp, and says
@@ -125,7 +128,7 @@ matmul_nt_pipeline(const T* __restrict__ A, int64_t lda, const T* __restrict__ B
         __syncthreads();
         // kplay:end
         const uint4* As = stages + next * STAGE;
-        if (step + 1 < steps) f[(ks + 1) % 2].load(As, As + BM * CHUNKS, 0, wm, wn, lane);
+        if (step + 1 < steps) f[(ks + 1) % 2].load(As, As + BM * CHUNKS, 0, pa, pb);
       }
       f[ks % 2].multiply(acc);
     }
