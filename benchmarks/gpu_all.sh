@@ -14,6 +14,7 @@ set -u
 OUT=${OUT:-/tmp/kplay-gpu}
 R=/tmp/kplay-results && rm -rf $R && mkdir -p $R $OUT
 export KPLAY_CACHE=/tmp/kplay-cache PYTHONUNBUFFERED=1 COLUMNS=120
+export KPLAY_FAILURE_LOG=$R/failures.txt  # the tests' failures as they come (tests/conftest.py): a step cut short keeps them
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $R/NAME.txt, say how it ended
     local name=$1 limit=$2 start=$SECONDS
     shift 2
@@ -61,7 +62,8 @@ for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
         mma-ceiling) step mma-ceiling 120 python3 benchmarks/probes/mma_ceiling_probe.py --out $R/mma-ceiling.md ;;  # mma.sync alone
         pipeline-profile) step pipeline-profile 240 bash -c "for d in bfloat16 float32; do python3 cli.py profile linear \\
                           --variant cuda-pipeline --batch 4096 --in 4096 --out 4096 --dtype \$d; done" ;;  # its L2 figure
-        pipeline-probe) step pipeline-probe 540 python3 benchmarks/probes/pipeline_probe.py --before ${BEFORE:-67c4362} ;;  # BEFORE=commit
+        pipeline-probe) step pipeline-probe 540 python3 benchmarks/probes/pipeline_probe.py --before ${BEFORE:-67c4362} \
+                        --rows ${ROWS:-float32,TF32,bfloat16} ;;  # BEFORE=commit, ROWS=float32 (the tables)
         pipeline-stalls) step pipeline-stalls 300 bash benchmarks/probes/ncu_stalls.sh $R/stalls  # why the top rungs' warps wait
                          step stalls-summary 60 python3 benchmarks/probes/ncu_sass_sum.py $R/stalls/*-sass.csv.gz ;;
         ncu-metrics) step ncu-tensor-metrics 60 bash -c "/usr/local/cuda/bin/ncu --query-metrics --chip gh100 | grep -i -e tensor -e gmma" ;;

@@ -147,6 +147,11 @@ _durations: dict[str, list] = {}  # nodeid -> [seconds, marked], summed over set
 def pytest_runtest_logreport(report):
     seen = _durations.setdefault(report.nodeid, [0.0, any(m in report.keywords for m in EXEMPT)])
     seen[0] += report.duration
+    # KPLAY_FAILURE_LOG=FILE: each failure's report as it comes, for a run that a time limit may cut before
+    # pytest's summary (benchmarks/gpu_all.sh). With xdist, the controller writes (workers pass reports on).
+    if report.failed and (log := os.environ.get("KPLAY_FAILURE_LOG")) and "PYTEST_XDIST_WORKER" not in os.environ:
+        with open(log, "a") as f:
+            f.write(f"{report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
 def _too_slow(config, limit: float) -> list[tuple[float, str]]:

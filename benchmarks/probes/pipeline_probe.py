@@ -1,10 +1,11 @@
 """What a change to linear's mma.sync rung (cuda-pipeline) bought, and what its TF32 rounding costs: the rung
 before (a commit's snippets/linear), the rung now, and the rung now with its fragments left unrounded, side by
 side in TF32 and bfloat16 at 4096^3, and the rung now at three larger block tiles (less of A and B read from L2
-a multiply); cuda-double-buffer before and now in float32, and now at 128 x 128 (block_k 16 and 32).
+a multiply); cuda-double-buffer before and now in float32, each at its default and at 128 x 128 (now with
+block_k 32 too).
 First: does cuBLAS's TF32 round its inputs or truncate them (its result against each, in float64)?
 
-    python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3] [--quick]
+    python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3] [--quick] [--rows float32]
 
 The families compared are built in a temporary folder: `linear_before` (git archive of snippets/linear at
 COMMIT) and `linear_unrounded` (snippets/linear with the fragments' tf32() calls taken out: the tensor cores
@@ -42,9 +43,11 @@ ROUNDING = ("TF32 ? tf32(a[i][r]) : a[i][r]", "TF32 ? tf32(b[j][r]) : b[j][r]") 
 WIDE, TALL = dict(block_m=128, block_n=256, warps_m=2, warps_n=4), dict(block_m=256, block_n=128, warps_m=4, warps_n=2)
 PIPE = [(fam, "cuda-pipeline", {}) for fam in ("linear_before", "linear", "linear_unrounded")] + [
     ("linear", "cuda-pipeline", p) for p in [WIDE, TALL, dict(WIDE, stages=4)]]
-# cuda-double-buffer before and now; now at 128 x 128 (two blocks an SM, not one), and with one sync a 32 k
-F32 = [("linear_before", "cuda-double-buffer", {})] + [
-    ("linear", "cuda-double-buffer", p) for p in [{}, dict(block_m=128), dict(block_m=128, block_k=32)]]
+# cuda-double-buffer before and now, each at its default tiles and at 128 x 128 (two blocks an SM, not one);
+# now at 128 x 128 with one sync a 32 k
+DB128 = dict(block_m=128)
+F32 = [(fam, "cuda-double-buffer", p) for fam in ("linear_before", "linear") for p in [{}, DB128]] + [
+    ("linear", "cuda-double-buffer", dict(DB128, block_k=32))]
 ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PIPE),
         ("bfloat16", torch.bfloat16, False, PIPE)]
 
@@ -135,9 +138,11 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--budget", type=float, default=0.3, help="seconds of timing a run")
     ap.add_argument("--quick", action="store_true", help="the three rungs at their default tiles, TF32 and bfloat16")
+    ap.add_argument("--rows", default="float32,TF32,bfloat16", help="which tables, e.g. float32")
     args = ap.parse_args()
     spec = load_spec("linear")
     rows = [(n, d, t, [j for j in js if not j[2]]) for n, d, t, js in ROWS if n != "float32"] if args.quick else ROWS
+    rows = [row for row in rows if row[0] in args.rows.split(",")]
     with tempfile.TemporaryDirectory() as where:
         families(args.before, Path(where))
         jobs = [(job, where) for job in dict.fromkeys((f, v, tuple(p.items())) for _, _, _, js in rows
@@ -147,7 +152,8 @@ def main() -> int:
             list(pool.map(build, jobs))
         print(f"# linear's cuda-pipeline before ({args.before}) and now, on {torch.cuda.get_device_name()}\n")
         print(f"made by: python benchmarks/probes/pipeline_probe.py --before {args.before} --size {args.size} "
-              f"--budget {args.budget}{' --quick' * args.quick}; kplay's timer, 3 runs, the median of their medians\n")
+              f"--budget {args.budget}{' --quick' * args.quick} --rows {args.rows}; kplay's timer, 3 runs, "
+              "the median of their medians\n")
         print("\n".join(tf32_mode()), flush=True)
         for name, dtype, tf32, js in rows:
             print("\n".join(table(name, dtype, tf32, js, args, spec, where)), flush=True)
