@@ -1,5 +1,6 @@
 """The matmul ladder on the GPU: F.linear (cuBLAS, TF32 off) against every CUDA rung of linear, forward, float32;
-the TF32 rungs (cuda-tensor-core, cuda-pipeline) also against F.linear with TF32 allowed.
+the TF32 rungs (cuda-tensor-core, cuda-pipeline, and on Hopper cuda-warp-specialized) also against F.linear with
+TF32 allowed.
 
     python benchmarks/linear_gpu.py [--size 4096] [--runs 3] [--tiles] [--out benchmarks/results]
 
@@ -250,7 +251,9 @@ def main() -> int:
     inputs = x.cuda(), w.cuda(), b.cuda()
     flops = spec.flops(sizes)
     fam = registry.find("linear")
-    builds = [(v.name, {}) for v in fam.variants.values() if v.device == "cuda" and "float32" in fam.dtypes_of(v)]
+    hopper = torch.cuda.get_device_capability() == (9, 0)  # the sm_90a rungs (cuda-warp-specialized's TF32) too
+    builds = [(v.name, {}) for v in fam.variants.values()
+              if v.device == "cuda" and "float32" in fam.dtypes_of(v) and (hopper or v.arch != "9.0a")]
     builds += [("cuda-tiled", p) for p in TILES] + [("cuda-double-buffer", p) for p in DOUBLE_TILES] + \
         [("cuda-pipeline", p) for p in PIPELINE_TILES] if args.tiles else []
     found = contenders(spec, inputs, builds, "cuda", fam)

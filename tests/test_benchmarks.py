@@ -240,3 +240,16 @@ def test_ncu_sass_sum_counts_executed_instructions_by_kind_and_others_per_math(t
     assert out.index("- 60.0% @!P0 LDGSTS") < out.index("- 30.0% HMMA") and "10.0% F2FP" not in out  # top 2
     with pytest.raises(SystemExit, match="no header"):
         ncu_sass_sum.rows('"a","b"\n"1","2"\n')
+
+
+def test_pipeline_probes_unrounded_family_takes_out_each_tf32_rungs_rounding(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "probes"))
+    import pipeline_probe
+
+    linear = Path(__file__).resolve().parent.parent / "snippets" / "linear"
+    folder = pipeline_probe.unrounded(linear, tmp_path, "linear_unrounded")
+    mma = (folder / "10_pipeline.cu").read_text()
+    assert "tf32(a[i][r])" not in mma and "ra[i][r] = a[i][r]" in mma
+    wgmma = (folder / "13_warp_specialized.cu").read_text()
+    assert "if (false) {" in wgmma and "mbarrier_wait(&full[s], use / STAGES % 2);\n      __syncwarp();" in wgmma
+    assert (folder / "task.toml").read_text() == (linear / "task.toml").read_text()

@@ -525,11 +525,18 @@ def test_cuda_tiled_other_tiles(params):
         assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy) == [], (params, shape)
 
 
+def float32_steps() -> list[str]:
+    """What --variant all runs in float32: the CUDA-core ladder, then the steps that take it as TF32 (Hopper's
+    on Hopper alone)."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    return CUDA_VARIANTS + ["cuda-pipeline"] + ["cuda-warp-specialized"] * hopper
+
+
 @pytest.mark.cuda
 def test_cuda_api_run_all_variants():
     r = playground.run("linear", sizes={"batch": 512, "in": 384, "out": 640}, device="cuda", variant="all",
                        budget_s=0.05)
-    assert r.ok and [v.variant for v in r.variants] == CUDA_VARIANTS + ["cuda-pipeline"]  # it takes float32 as TF32
+    assert r.ok and [v.variant for v in r.variants] == float32_steps(), [(v.variant, v.check.ok) for v in r.variants]
     assert all(v.gflops > 0 for v in r.variants) and r.baselines["F.linear"].gflops > 0
 
 
@@ -552,6 +559,7 @@ def test_a_tensor_core_step_takes_16_bit_dtypes_and_check_grades_them(kplay):
 
     assert exercise.graded(FAMILY, FAMILY.variants["cuda-mma"]) == ["bfloat16", "float16"]
     assert exercise.graded(FAMILY, FAMILY.variants["cuda-pipeline"]) == ["bfloat16", "float16", "float32"]
+    assert exercise.graded(FAMILY, FAMILY.variants["cuda-warp-specialized"]) == ["bfloat16", "float16", "float32"]
     assert exercise.graded(FAMILY, FAMILY.variants["cpp"]) == ["float32", "float64"]
     assert {FAMILY.variants[v].arch for v in HOPPER} == {"9.0a"}
     refused = kplay("run", "linear", "--variant", "cuda-wgmma", "--dtype", "float32", "--device", "cuda")
@@ -581,11 +589,15 @@ def test_tensor_core_steps_match_F_linear_forward_and_backward(variant, dtype):
         assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy) == [], (variant, shape)
 
 
+TF32_STEPS = ["cuda-pipeline", "cuda-warp-specialized"]  # mma.sync m16n8k8; wgmma m64n256k8 (Hopper)
+
+
 @pytest.mark.cuda
-def test_the_pipeline_step_takes_float32_as_tf32():
-    """mma.sync m16n8k8 on float32 rounded to TF32, within the TF32 tolerance; k not a multiple of 4 and a
-    misaligned base take the value-by-value copy."""
-    ops = half_ops("cuda-pipeline")
+@pytest.mark.parametrize("variant", TF32_STEPS)
+def test_the_tf32_steps_take_float32(variant):
+    """float32 rounded to TF32, within the TF32 tolerance; k not a multiple of 4 and a misaligned base take
+    cuda-pipeline's value-by-value copy, and a padded copy for cuda-warp-specialized's TMA."""
+    ops = half_ops(variant)
     for shape in HALF_SHAPES:
         x, w, b, gy = seeded(shape, torch.float32, "cuda")
         assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy, "tf32") == [], shape
@@ -609,13 +621,14 @@ def test_the_pipeline_step_at_other_depths_and_tiles(params):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("k", [64, 61])  # 61: the value-by-value copy
-def test_the_pipeline_step_rounds_float32_to_the_nearest_tf32(k):
+@pytest.mark.parametrize("variant", TF32_STEPS)
+@pytest.mark.parametrize("k", [64, 61])  # 61: the value-by-value copy, or the padded one
+def test_the_tf32_steps_round_float32_to_the_nearest_tf32(variant, k):
     """The tensor cores drop a float's low 13 bits; the kernel rounds first, so 1 + 0.75 * 2^-10 enters as
     1 + 2^-10 (truncated: 1; unrounded: itself). -(1 + 0.5 * 2^-10) is a tie: to even (-1) on Hopper, as cuBLAS
     does, away from zero (-(1 + 2^-10)) before it. y's sums are exact. A NaN with a mantissa of all ones
     (CUDA's own, either sign) stays a NaN, and inf stays inf."""
-    ops = half_ops("cuda-pipeline")
+    ops = half_ops(variant)
     w, b = torch.ones(8, k, device="cuda"), torch.zeros(8, device="cuda")
     tie = -1.0 if torch.cuda.get_device_capability() >= (9, 0) else -(1 + 2 ** -10)
     for v, tf32 in [(1 + 0.75 * 2 ** -10, 1 + 2 ** -10), (-(1 + 0.5 * 2 ** -10), tie), (1.25, 1.25)]:
@@ -649,7 +662,7 @@ def test_run_all_times_each_step_in_its_own_dtype(kplay):
                    "--out", "384", "--json")
     rec = json.loads(result.stdout)
     assert result.exit_code == 0, result.output
-    assert rec["dtype"] == "float32" and [v["variant"] for v in rec["variants"]] == CUDA_VARIANTS + ["cuda-pipeline"]
+    assert rec["dtype"] == "float32" and [v["variant"] for v in rec["variants"]] == float32_steps()
     (half,) = rec["other_runs"]
     on_hopper = torch.cuda.get_device_capability() == (9, 0)
     ran = [v for v in HALF_VARIANTS if on_hopper or v not in HOPPER]
@@ -666,6 +679,15 @@ def test_tensor_core_steps_are_clean_under_memcheck_and_racecheck(kplay, variant
         result = kplay("run", "linear", "--variant", variant, "--batch", "33", "--in", "65", "--out", "136",
                        "--sanitize", tool)
         assert result.exit_code == 0 and "clean" in result.stdout, (tool, result.output)
+
+
+@pytest.mark.cuda
+def test_the_wgmma_tf32_step_is_clean_under_memcheck_with_its_padded_copies(kplay):
+    """float32 at in 65: both operands copied into padded rows for TMA, the stages rounded by the producer."""
+    half_ops("cuda-warp-specialized")
+    result = kplay("run", "linear", "--variant", "cuda-warp-specialized", "--dtype", "float32", "--batch", "33",
+                   "--in", "65", "--out", "136", "--sanitize", "memcheck")
+    assert result.exit_code == 0 and "clean" in result.stdout, result.output
 
 
 @pytest.mark.cuda

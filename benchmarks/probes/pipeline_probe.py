@@ -39,16 +39,22 @@ import playground  # noqa: E402
 from playground.run.timing import bench  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-ROUNDING = ("TF32 ? tf32(a[i][r]) : a[i][r]", "TF32 ? tf32(b[j][r]) : b[j][r]")  # 10_pipeline.cu's multiply
+# Where each TF32 rung rounds, and what stands in for it in linear_unrounded: 10_pipeline.cu's multiply, and
+# 13_warp_specialized.cu's rounding warps (kept idle) and the consumers' wait for them (on the copies instead)
+ROUNDING = {"10_pipeline.cu": [("TF32 ? tf32(a[i][r]) : a[i][r]", "a[i][r]"),
+                               ("TF32 ? tf32(b[j][r]) : b[j][r]", "b[j][r]")],
+            "13_warp_specialized.cu": [("if (TF32 && threadIdx.x >= 32) {", "if (false) {"),
+                                       ("TF32 ? &ready[s] : &full[s]", "&full[s]")]}
 WIDE, TALL = dict(block_m=128, block_n=256, warps_m=2, warps_n=4), dict(block_m=256, block_n=128, warps_m=4, warps_n=2)
 PIPE = [(fam, "cuda-pipeline", {}) for fam in ("linear_before", "linear", "linear_unrounded")] + [
     ("linear", "cuda-pipeline", p) for p in [WIDE, TALL, dict(WIDE, stages=4)]]
+WGMMA_TF32 = [(fam, "cuda-warp-specialized", {}) for fam in ("linear", "linear_unrounded")]  # Hopper's TF32 rung
 # cuda-double-buffer before and now, each at its default tiles and at 128 x 128 (two blocks an SM, not one);
 # now at 128 x 128 with one sync a 32 k
 DB128 = dict(block_m=128)
 F32 = [(fam, "cuda-double-buffer", p) for fam in ("linear_before", "linear") for p in [{}, DB128]] + [
     ("linear", "cuda-double-buffer", dict(DB128, block_k=32))]
-ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PIPE),
+ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PIPE + WGMMA_TF32),
         ("bfloat16", torch.bfloat16, False, PIPE)]
 
 
@@ -64,14 +70,15 @@ def archive(commit: str, into: Path, name: str) -> Path:
 
 
 def unrounded(source: Path, into: Path, name: str) -> Path:
-    """A copy of the family folder `source` as into/name, cuda-pipeline's fragments left unrounded."""
+    """A copy of the family folder `source` as into/name, the TF32 rungs' inputs left unrounded (ROUNDING)."""
     subprocess.run(["cp", "-r", str(source), str(into / name)], check=True)
-    code = (into / name / "10_pipeline.cu").read_text()
-    for call in ROUNDING:
-        if call not in code:
-            raise SystemExit(f"10_pipeline.cu no longer has `{call}`: update ROUNDING")
-        code = code.replace(call, call.split(" : ")[1])
-    (into / name / "10_pipeline.cu").write_text(code)
+    for file, swaps in ROUNDING.items():
+        code = (into / name / file).read_text()
+        for rounds, instead in swaps:
+            if rounds not in code:
+                raise SystemExit(f"{file} no longer has `{rounds}`: update ROUNDING")
+            code = code.replace(rounds, instead)
+        (into / name / file).write_text(code)
     return into / name
 
 

@@ -12,7 +12,7 @@
 // A block of 2 warpgroups computes a 128 x 128 tile of C, each a 64 x 128 piece (64 float32 sums per thread).
 // The tiles arrive as in step 10 (cp.async, 4 stages, the 128-byte swizzle, which wgmma reads directly), with
 // one more fence: cp.async writes through the generic proxy, wgmma reads through the async proxy.
-#include "hopper.cuh"  // smem_descriptor, wgmma_m64k16, fence_proxy_async; tensor.cuh's TileCopy, ...
+#include "hopper.cuh"  // smem_descriptor, wgmma_step, fence_proxy_async; tensor.cuh's TileCopy, ...
 
 namespace KPLAY_NS {
 
@@ -51,13 +51,13 @@ matmul_nt_wgmma(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, i
     cp_async_commit();
     const T* As = stages + step % STAGES * STAGE + group * 64 * BK;  // this warpgroup's 64 rows of A
     const T* Bs = stages + step % STAGES * STAGE + BM * BK;
-    // kplay:todo wgmma_fence(); per kk += 16: wgmma_m64k16<BN, T> of smem_descriptor(As + kk), (Bs + kk); commit; wait
+    // kplay:todo wgmma_fence(); per kk += 16: wgmma_step<BN, T> of smem_descriptor(As + kk), (Bs + kk); commit; wait
     // kplay:why A descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle. The
     // kplay:why wait (no group pending) lets the next loop's sync free this stage.
     fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
+    for (int kk = 0; kk < BK; kk += 16) wgmma_step<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
     wgmma_commit();
     wgmma_wait<0>();
     // kplay:end

@@ -12,7 +12,7 @@
 // With the loads off the warps' hands, the block's tile grows to 128 x 256: two warpgroups each multiply
 // 64 x 256 (wgmma m64n256k16, 128 sums per thread), and each tile of B read from shared memory feeds twice
 // the multiply-adds of step 11. 4 stages of 48 KB.
-#include "hopper.cuh"  // tma_load, tensor_map, mbarrier_*, wgmma_m64k16, smem_descriptor
+#include "hopper.cuh"  // tma_load, tensor_map, mbarrier_*, wgmma_step, smem_descriptor
 
 namespace KPLAY_NS {
 
@@ -57,7 +57,7 @@ matmul_nt_tma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__
     fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
+    for (int kk = 0; kk < BK; kk += 16) wgmma_step<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(d);

@@ -14,19 +14,54 @@
 // while the consumers store one tile, the producer already fills the stages with the next. Tiles are taken
 // in groups of GROUP_M rows of tiles, column by column within a group, so the tiles in flight at once share
 // their rows of A and columns of B in L2.
-#include "hopper.cuh"  // tma_load, tensor_map, mbarrier_*, wgmma_m64k16, smem_descriptor, setmaxnreg_*
+//
+// float32 runs here too, as TF32 (task.toml's math = "tf32"): wgmma m64n256k8, a stage's rows still 128 bytes
+// (32 floats). The tensor cores would drop each float's low 13 bits, where cuBLAS rounds to nearest; the
+// producer's three idle warps round each stage in place once it lands, and only then pass it on (`ready`):
+// the consumers spend no instruction on it. TMA wants rows of whole 16-byte pieces: launch pads a copy
+// where K or a base is not (linear_cuda.cpp does so for 16-bit values).
+#define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
+#include "hopper.cuh"  // tma_load, tensor_map, mbarrier_*, wgmma_step, smem_descriptor, setmaxnreg_*
 
 namespace KPLAY_NS {
 
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, GROUP_M = 8;
+constexpr int BM = 128, BN = 256, STAGES = 4, GROUP_M = 8;
 constexpr int CONSUMERS = BM / 64, THREADS = 128 * (1 + CONSUMERS);  // warpgroup 0 copies, the others multiply
-constexpr int STAGE = (BM + BN) * BK, STAGE_BYTES = STAGE * 2;
+constexpr int STAGE_BYTES = (BM + BN) * 128;  // A's tile, then B's: rows of 128 bytes
+template <typename T>
+constexpr int BK = 128 / sizeof(T);  // k per stage: 64 16-bit values, 32 floats
+template <typename T>
+constexpr int STAGE = (BM + BN) * BK<T>;  // values in a stage
 
 // The tile-th tile of C in the grouped order: (its first row, its first column).
 __device__ __forceinline__ int2 tile_origin(int tile, int tiles_m, int tiles_n) {
   const int group = tile / (GROUP_M * tiles_n), first = group * GROUP_M;
   const int rows = min(tiles_m - first, GROUP_M), in_group = tile % (GROUP_M * tiles_n);
   return make_int2((first + in_group % rows) * BM, in_group / rows * BN);
+}
+
+// Warps 1-3 of the producer, for float32: stage after stage, once its copies land (`full`), every value
+// rounded to the nearest TF32 in place (tensor.cuh's tf32), made visible to wgmma, and passed on (`ready`).
+__device__ void round_stages(uint4* stages, uint64_t* full, uint64_t* ready, int uses) {
+  constexpr int CHUNKS = STAGE_BYTES / 16, ROUNDERS = 96;  // 3,072 chunks of 16 bytes: 32 a rounder
+  static_assert(CHUNKS % (4 * ROUNDERS) == 0, "every rounder takes as many chunks, four at a time");
+  for (int use = 0; use < uses; ++use) {
+    const int s = use % STAGES;
+    mbarrier_wait(&full[s], use / STAGES % 2);
+    uint4* chunk = stages + s * CHUNKS + threadIdx.x - 32;
+#pragma unroll 1
+    for (int i = 0; i < CHUNKS; i += 4 * ROUNDERS) {  // four loads in flight, then their four stores
+      uint4 q[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) q[j] = chunk[i + j * ROUNDERS];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) chunk[i + j * ROUNDERS] = make_uint4(tf32(q[j].x), tf32(q[j].y), tf32(q[j].z),
+                                                                    tf32(q[j].w));
+    }
+    fence_proxy_async();  // this thread's stores, visible to the async proxy (wgmma)
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) mbarrier_arrive(&ready[s]);
+  }
 }
 
 template <typename T>
@@ -36,16 +71,23 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem[];
   T* stages = tiles_start<T>(smem);  // 1,024-byte aligned: the swizzle's period
-  __shared__ alignas(8) uint64_t full[STAGES], empty[STAGES];
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, steps = (K + BK - 1) / BK;
+  __shared__ alignas(8) uint64_t full[STAGES], empty[STAGES], ready[STAGES];  // ready: float32's, rounded
+  constexpr bool TF32 = std::is_same_v<T, float>;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, steps = (K + BK<T> - 1) / BK<T>;
   if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) mbarrier_init(&full[s], 1), mbarrier_init(&empty[s], CONSUMERS * 4);
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(&full[s], 1), mbarrier_init(&empty[s], CONSUMERS * 4), mbarrier_init(&ready[s], 3);
+    }
     mbarrier_init_fence();
   }
   __syncthreads();
   const int role = threadIdx.x / 128;
   if (role == 0) {
     setmaxnreg_dec<40>();
+    if (TF32 && threadIdx.x >= 32) {
+      const int mine = (tiles_m * tiles_n - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);  // its tiles
+      round_stages(reinterpret_cast<uint4*>(stages), full, ready, mine * steps);
+    }
     if (threadIdx.x != 0) return;
     int use = 0;  // the stages' uses so far, over every tile: stage use % STAGES, its round use / STAGES
     for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
@@ -57,8 +99,8 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
         // kplay:why The phase completes when the producer has arrived and the copies' bytes have landed; an
         // kplay:why arrival alone lets the consumers multiply whatever the stage held.
         mbarrier_arrive_expect(&full[s], STAGE_BYTES);
-        tma_load(stages + s * STAGE, &map_a, step * BK, at.x, &full[s]);
-        tma_load(stages + s * STAGE + BM * BK, &map_b, step * BK, at.y, &full[s]);
+        tma_load(stages + s * STAGE<T>, &map_a, step * BK<T>, at.x, &full[s]);
+        tma_load(stages + s * STAGE<T> + BM * BK<T>, &map_b, step * BK<T>, at.y, &full[s]);
         // kplay:stub
         // mbarrier_arrive(&full[s]);  // in place of the copies (replace it): the stage's old contents are multiplied
         // kplay:end
@@ -74,15 +116,15 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
     float d[BN / 2] = {};
     for (int step = 0; step < steps; ++step, ++use) {
       const int s = use % STAGES;
-      mbarrier_wait(&full[s], use / STAGES % 2);
+      mbarrier_wait(TF32 ? &ready[s] : &full[s], use / STAGES % 2);
       __syncwarp();  // the lanes leave the wait's loop apart: wgmma's .aligned wants the warp whole
-      const T* As = stages + s * STAGE + group * 64 * BK;
-      const T* Bs = stages + s * STAGE + BM * BK;
+      const T* As = stages + s * STAGE<T> + group * 64 * BK<T>;
+      const T* Bs = stages + s * STAGE<T> + BM * BK<T>;
       fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
     wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK; kk += 16) {
-        wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
+      for (int kk = 0; kk < BK<T>; kk += K_STEP<T>) {
+        wgmma_step<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
       }
       wgmma_commit();
       // The last step's multiply is done once at most this one is pending: its stage goes back to the producer.
@@ -103,14 +145,43 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
 #endif
 }
 
+// TMA reads rows of whole 16-byte pieces from a 16-byte aligned start, so a float32 operand whose K or base is
+// not so is copied into rows of `to` values, zeros past K (which add nothing to a product along k). The copy
+// comes from the stream's memory pool and goes back to it once the kernel is done (~Padded).
+template <typename T>
+struct Padded {
+  cudaStream_t stream;
+  T* copies[2] = {};
+  ~Padded() {
+    for (T* c : copies) if (c != nullptr) cudaFreeAsync(c, stream);
+  }
+  const char* rows(int which, const T*& P, int64_t& ld, int64_t rows, int64_t K, int64_t to) {
+    if (to == K && ld % (16 / sizeof(T)) == 0 && reinterpret_cast<uintptr_t>(P) % 16 == 0) return nullptr;
+    const size_t pitch = to * sizeof(T);
+    cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&copies[which]), rows * pitch, stream);
+    if (e == cudaSuccess) e = cudaMemsetAsync(copies[which], 0, rows * pitch, stream);
+    if (e == cudaSuccess) e = cudaMemcpy2DAsync(copies[which], pitch, P, ld * sizeof(T), K * sizeof(T), rows,
+                                                cudaMemcpyDeviceToDevice, stream);
+    P = copies[which], ld = to;
+    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+  }
+};
+
 template <typename T>
 const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, cudaStream_t stream) {
   if (M == 0 || N == 0) return nullptr;  // nothing to write
-  if (M > INT32_MAX - BN || N > INT32_MAX - BN || K > INT32_MAX - BK) return "linear: a dimension exceeds 2^31 - 257";
+  if (M > INT32_MAX - BN || N > INT32_MAX - BN || K > INT32_MAX - 64) return "linear: a dimension exceeds 2^31 - 257";
   if (compute_capability() != 90) return "linear: cuda-warp-specialized needs TMA and wgmma, compute capability 9.0";
   const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   if (tiles > INT32_MAX) return "linear: too many tiles of C for one grid";
+  Padded<T> padded{stream};
+  if (std::is_same_v<T, float> && K > 0) {  // 16-bit operands come in whole 16-byte rows (linear_cuda.cpp)
+    const int64_t to = (K + 3) / 4 * 4;
+    if (const char* err = padded.rows(0, A, lda, M, K, to)) return err;
+    if (const char* err = padded.rows(1, B, ldb, N, K, to)) return err;
+    K = to;
+  }
   CUtensorMap map_a{}, map_b{};  // K == 0: no step reads them, and C is the bias
   if (K > 0) {
     if (const char* err = tensor_map(&map_a, A, M, K, lda, BM)) return err;

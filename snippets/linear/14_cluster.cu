@@ -12,7 +12,7 @@
 // the first copy (no copy may reach a barrier its neighbour has not set up), and each producer waits, last,
 // until every stage is empty again: the neighbour's consumers arrive on this block's barriers until then, and
 // the block must still be there.
-#include "hopper.cuh"  // tma_load(_multicast), tensor_map, mbarrier_*, cluster_*, wgmma_m64k16, setmaxnreg_*
+#include "hopper.cuh"  // tma_load(_multicast), tensor_map, mbarrier_*, cluster_*, wgmma_step, setmaxnreg_*
 
 namespace KPLAY_NS {
 
@@ -87,7 +87,7 @@ matmul_nt_cluster(const __grid_constant__ CUtensorMap map_a, const __grid_consta
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
-        wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
+        wgmma_step<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the last step's multiply is done

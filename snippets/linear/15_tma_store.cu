@@ -12,7 +12,7 @@
 // has read the first (cp.async.bulk.wait_group.read), and the next tile's first once it has read the second.
 // (Whole tiles leave room for three stages, and a grid of one round of tiles ran slower so: see
 // benchmarks/probes/epilogue_probe.py.) A C whose rows are not 16-byte aligned is stored as in step 14.
-#include "hopper.cuh"  // tma_load(_multicast), tma_store, bulk_*, tensor_map, mbarrier_*, cluster_*, wgmma_m64k16
+#include "hopper.cuh"  // tma_load(_multicast), tma_store, bulk_*, tensor_map, mbarrier_*, cluster_*, wgmma_step
 
 #include <atomic>
 
@@ -112,7 +112,7 @@ matmul_nt_tma_store(const __grid_constant__ CUtensorMap map_a, const __grid_cons
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
-        wgmma_m64k16<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
+        wgmma_step<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
       }
       wgmma_commit();
       wgmma_wait<1>();  // the last step's multiply is done

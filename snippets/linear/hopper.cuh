@@ -53,9 +53,9 @@ __device__ __forceinline__ void fence_registers(float (&d)[R]) {
     KPLAY_D8(56)
 #define KPLAY_D128 KPLAY_D64, KPLAY_D8(64), KPLAY_D8(72), KPLAY_D8(80), KPLAY_D8(88), KPLAY_D8(96), KPLAY_D8(104), \
     KPLAY_D8(112), KPLAY_D8(120)
-#define KPLAY_WGMMA(SHAPE, TYPE, REGS, DESC, ...)                                                  \
+#define KPLAY_WGMMA(SHAPE, TYPE, REGS, DESC, TRANS, ...)                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" DESC ", 0;\n"                                    \
-               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " REGS " p, 1, 1, 0, 0;\n}\n" \
+               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " REGS " p, 1, 1" TRANS ";\n}\n" \
                : __VA_ARGS__                                                                          \
                : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 #define KPLAY_REGS64 \
@@ -74,17 +74,23 @@ __device__ __forceinline__ void fence_registers(float (&d)[R]) {
   "%119, %120, %121, %122, %123, %124, %125, %126, %127}, " \
   "%128, %129,"
 
-// d (+)= a b^T for a 64 x 16 tile of A and an N x 16 tile of B, both K-major in shared memory (their
-// descriptors), over the warpgroup: thread t of warp w holds rows 16 w + t / 4 and + 8 of C, columns 2 (t % 4)
-// and + 1 of every 8 (tensor.cuh's store_fragment, per 8 columns). scale_d 0: d = a b^T, the first k.
+// d (+)= a b^T for a 64 x K_STEP tile of A and an N x K_STEP tile of B, 32 bytes of each row (16 16-bit values,
+// or 8 floats that the tensor cores read as TF32, dropping their low 13 bits), both K-major in shared memory
+// (their descriptors), over the warpgroup: thread t of warp w holds rows 16 w + t / 4 and + 8 of C, columns
+// 2 (t % 4) and + 1 of every 8 (tensor.cuh's store_fragment, per 8 columns). scale_d 0: d = a b^T, the first k.
+// TF32 takes no transpose flags: its operands are K-major, as here.
+template <typename T>
+constexpr int K_STEP = 32 / sizeof(T);
 template <int N, typename T>
-__device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+__device__ __forceinline__ void wgmma_step(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   static_assert(N == 128 || N == 256, "wgmma: N is 128 or 256 here");
-  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 128 && bf16) KPLAY_WGMMA("m64n128k16", "bf16", KPLAY_REGS64, "66", KPLAY_D64);
-  if constexpr (N == 128 && !bf16) KPLAY_WGMMA("m64n128k16", "f16", KPLAY_REGS64, "66", KPLAY_D64);
-  if constexpr (N == 256 && bf16) KPLAY_WGMMA("m64n256k16", "bf16", KPLAY_REGS128, "130", KPLAY_D128);
-  if constexpr (N == 256 && !bf16) KPLAY_WGMMA("m64n256k16", "f16", KPLAY_REGS128, "130", KPLAY_D128);
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>, f16 = std::is_same_v<T, __half>;
+  if constexpr (N == 128 && bf16) KPLAY_WGMMA("m64n128k16", "bf16", KPLAY_REGS64, "66", ", 0, 0", KPLAY_D64);
+  if constexpr (N == 128 && f16) KPLAY_WGMMA("m64n128k16", "f16", KPLAY_REGS64, "66", ", 0, 0", KPLAY_D64);
+  if constexpr (N == 256 && bf16) KPLAY_WGMMA("m64n256k16", "bf16", KPLAY_REGS128, "130", ", 0, 0", KPLAY_D128);
+  if constexpr (N == 256 && f16) KPLAY_WGMMA("m64n256k16", "f16", KPLAY_REGS128, "130", ", 0, 0", KPLAY_D128);
+  if constexpr (N == 256 && !bf16 && !f16) KPLAY_WGMMA("m64n256k8", "tf32", KPLAY_REGS128, "130", "", KPLAY_D128);
+  static_assert(bf16 || f16 || (std::is_same_v<T, float> && N == 256), "wgmma here: 16-bit, or float at N 256");
 }
 #undef KPLAY_D8
 #undef KPLAY_D64
@@ -132,9 +138,9 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
-// A tensor map for the rows x cols matrix P (row stride ld): boxes of box_rows rows and 64 columns, 128 bytes,
-// laid out in shared memory in the 128-byte swizzle. The driver's encoder, fetched through the runtime (no
-// -lcuda). nullptr, else what went wrong.
+// A tensor map for the rows x cols matrix P (row stride ld): boxes of box_rows rows and 128 bytes of columns
+// (64 16-bit values, 32 floats), laid out in shared memory in the 128-byte swizzle. The driver's encoder,
+// fetched through the runtime (no -lcuda). nullptr, else what went wrong.
 template <typename T>
 const char* tensor_map(CUtensorMap* map, const T* P, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
@@ -147,9 +153,10 @@ const char* tensor_map(CUtensorMap* map, const T* P, int64_t rows, int64_t cols,
     return "linear: this CUDA driver has no cuTensorMapEncodeTiled";
   }
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)}, strides[1] = {cuuint64_t(ld) * sizeof(T)};
-  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)}, step[2] = {1, 1};
-  const auto type =
-      std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const cuuint32_t box[2] = {128 / sizeof(T), cuuint32_t(box_rows)}, step[2] = {1, 1};
+  const auto type = std::is_same_v<T, float>            ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                    : std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult r = encode(map, type, 2, const_cast<T*>(P), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // zeros past the matrix
