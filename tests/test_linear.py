@@ -601,10 +601,11 @@ def test_the_tf32_steps_take_float32(variant):
     for shape in HALF_SHAPES:
         x, w, b, gy = seeded(shape, torch.float32, "cuda")
         assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy, "tf32") == [], shape
-    x = torch.randn(129 * 261 + 1, device="cuda")[1:].view(129, 261)
-    w, b = torch.randn(131, 261, device="cuda"), torch.randn(131, device="cuda")
-    tol = spec.product_tolerance(x, w, torch.float32, b, tf32=True)
-    assert (spec.linear(ops, x, w, b).double() - F.linear(x.double(), w.double(), b.double())).abs().max() <= tol
+    for k in (261, 260):  # 260: k whole, x's base alone misaligned (cuda-warp-specialized copies x alone)
+        x = torch.randn(129 * k + 1, device="cuda")[1:].view(129, k)
+        w, b = torch.randn(131, k, device="cuda"), torch.randn(131, device="cuda")
+        tol = spec.product_tolerance(x, w, torch.float32, b, tf32=True)
+        assert (spec.linear(ops, x, w, b).double() - F.linear(x.double(), w.double(), b.double())).abs().max() <= tol
 
 
 @pytest.mark.cuda
@@ -682,12 +683,13 @@ def test_tensor_core_steps_are_clean_under_memcheck_and_racecheck(kplay, variant
 
 
 @pytest.mark.cuda
-def test_the_wgmma_tf32_step_is_clean_under_memcheck_with_its_padded_copies(kplay):
+def test_the_wgmma_tf32_step_is_clean_under_memcheck_and_racecheck_with_its_padded_copies(kplay):
     """float32 at in 65: both operands copied into padded rows for TMA, the stages rounded by the producer."""
     half_ops("cuda-warp-specialized")
-    result = kplay("run", "linear", "--variant", "cuda-warp-specialized", "--dtype", "float32", "--batch", "33",
-                   "--in", "65", "--out", "136", "--sanitize", "memcheck")
-    assert result.exit_code == 0 and "clean" in result.stdout, result.output
+    for tool in ("memcheck", "racecheck"):
+        result = kplay("run", "linear", "--variant", "cuda-warp-specialized", "--dtype", "float32", "--batch", "33",
+                       "--in", "65", "--out", "136", "--sanitize", tool)
+        assert result.exit_code == 0 and "clean" in result.stdout, (tool, result.output)
 
 
 @pytest.mark.cuda

@@ -42,7 +42,7 @@ __device__ __forceinline__ int2 tile_origin(int tile, int tiles_m, int tiles_n) 
 
 // Warps 1-3 of the producer, for float32: stage after stage, once its copies land (`full`), every value
 // rounded to the nearest TF32 in place (tensor.cuh's tf32), made visible to wgmma, and passed on (`ready`).
-__device__ void round_stages(uint4* stages, uint64_t* full, uint64_t* ready, int uses) {
+__device__ __forceinline__ void round_stages(uint4* stages, uint64_t* full, uint64_t* ready, int uses) {
   constexpr int CHUNKS = STAGE_BYTES / 16, ROUNDERS = 96;  // 3,072 chunks of 16 bytes: 32 a rounder
   static_assert(CHUNKS % (4 * ROUNDERS) == 0, "every rounder takes as many chunks, four at a time");
   for (int use = 0; use < uses; ++use) {
@@ -159,11 +159,14 @@ struct Padded {
     if (to == K && ld % (16 / sizeof(T)) == 0 && reinterpret_cast<uintptr_t>(P) % 16 == 0) return nullptr;
     const size_t pitch = to * sizeof(T);
     cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&copies[which]), rows * pitch, stream);
+    if (e != cudaSuccess) copies[which] = nullptr;
     if (e == cudaSuccess) e = cudaMemsetAsync(copies[which], 0, rows * pitch, stream);
     if (e == cudaSuccess) e = cudaMemcpy2DAsync(copies[which], pitch, P, ld * sizeof(T), K * sizeof(T), rows,
                                                 cudaMemcpyDeviceToDevice, stream);
     P = copies[which], ld = to;
-    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+    if (e == cudaSuccess) return nullptr;
+    cudaGetLastError();  // said here: not left for the next launch's check to find
+    return cudaGetErrorString(e);
   }
 };
 
