@@ -8,8 +8,9 @@ First: does cuBLAS's TF32 round its inputs or truncate them (its result against 
     python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3] [--quick] [--rows float32]
 
 The families compared are built in a temporary folder: `linear_before` (git archive of snippets/linear at
-COMMIT) and `linear_unrounded` (snippets/linear with the fragments' tf32() calls taken out: the tensor cores
-then truncate, which the TF32 tolerance does not allow; it is timed all the same). Each contender is checked
+COMMIT) and `linear_unrounded` (snippets/linear with the TF32 rungs' rounding taken out, ROUNDING: the tensor
+cores then truncate, which the TF32 tolerance does not allow, unless wgmma rounds by itself; it is timed all the
+same). On Hopper, the TF32 table adds cuda-warp-specialized (wgmma), rounded and not. Each contender is checked
 against float64 within the variant's tolerance ("WRONG" where not), then timed with kplay's timer (CUDA events,
 contenders taking turns), three runs, the median of their medians. Needs a GPU (sm_80 or later) and git.
 """
