@@ -3,7 +3,7 @@
 # in $OUT/results.tgz (the device returns <= 8 files), re-packed after every step.
 #
 #     bash benchmarks/gpu_all.sh [STEP ...]     # in the order given; default: all (more than 10 minutes)
-#     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1, -2 and -3, its three parts: all but linear, lltm, wrong and exercise; linear and lltm; wrong and exercise) pool pool-tests notebook watch ladder sum linear
+#     steps: tests (or tests-par + tests-serial, each under 10 minutes; tests-par-1 to -4, its four parts: all but linear, lltm, wrong and exercise; linear and lltm but linear's sanitizer runs; wrong and exercise; linear's sanitizer runs) pool pool-tests notebook watch ladder sum linear
 #            linear-half linear-half-tests (the tensor-core steps: timed against cuBLAS in bfloat16; their cuda tests) ncu-metrics tensor-probe racecheck-probe epilogue-probe tiles-probe mma-ceiling pipeline-probe pipeline-profile pipeline-stalls linear-tiles
 #            linear-cli sum-small lltm lltm-cli lltm-small lltm-graph lltm-timeline
 #            rebuild build-units sweeps insight sanitize-cost cheats nvbench nvbench-gap timer-probe profile-time quick
@@ -34,18 +34,22 @@ command -v bwrap > /dev/null || { dpkg -x .deb/bubblewrap_*.deb /tmp/bw && expor
 SERIAL="tests/test_timing.py tests/test_profile.py tests/test_resources.py tests/test_neighbours.py"
 ALONE="tests/test_wrong.py::test_skip_and_rescale_fails_at_every_seed"  # 1e9 at five seeds: 20 GB of the GPU
 PAR=$(ls tests/test_*.py | grep -v -e test_timing -e test_profile -e test_resources -e test_neighbours | tr '\n' ' ')
-PAR2="tests/test_linear.py tests/test_lltm.py"  # tests-par-2: 335 of the 615 parallel tests, 449 s on an H100;
+PAR2="tests/test_linear.py tests/test_lltm.py"  # tests-par-2: 335 of the 615 parallel tests, 449 s on an H100 (over 560 s
+SANITIZED="memcheck or racecheck"  # at d92802a), less linear's sanitizer runs: tests-par-4, the long pole, on their own;
 PAR3="tests/test_wrong.py tests/test_exercise.py"  # tests-par-3: the sanitizer's runs (the rest and these: over 545 s);
 PAR1=$(echo $PAR | tr ' ' '\n' | grep -v -e test_linear.py -e test_lltm.py -e test_wrong.py -e test_exercise.py | tr '\n' ' ')
 # tests-par-1: the rest. Each well inside a call's 10 minutes, as halves by file count were not (26 tests and 589).
 for s in ${*:-tests ladder sum linear lltm lltm-cli rebuild sweeps}; do
     case $s in
-        tests) step pytest-cuda-par ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and $K}"
+        tests) step pytest-cuda-par ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and ($K)}"
                step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -q -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
-        tests-par) step pytest-cuda-par ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and $K}" ;;
-        tests-par-1) step pytest-cuda-par-1 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR1 -k "not every_seed${K:+ and $K}" ;;
-        tests-par-3) step pytest-cuda-par-3 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR3 -k "not every_seed${K:+ and $K}" ;;
-        tests-par-2) step pytest-cuda-par-2 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR2 -k "not every_seed${K:+ and $K}" ;;
+        tests-par) step pytest-cuda-par ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-8} $PAR -k "not every_seed${K:+ and ($K)}" ;;
+        tests-par-1) step pytest-cuda-par-1 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR1 -k "not every_seed${K:+ and ($K)}" ;;
+        tests-par-3) step pytest-cuda-par-3 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR3 -k "not every_seed${K:+ and ($K)}" ;;
+        tests-par-2) step pytest-cuda-par-2 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-12} $PAR2 \
+                     -k "not every_seed and not ($SANITIZED)${K:+ and ($K)}" ;;
+        tests-par-4) step pytest-cuda-par-4 ${STEP_S:-560} env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider -n ${JOBS:-9} \
+                     tests/test_linear.py -k "($SANITIZED)${K:+ and ($K)}" ;;
         tests-serial) step pytest-cuda-serial 560 env -u COLUMNS python3 -m pytest -v -m cuda -p no:cacheprovider $SERIAL $ALONE ;;
         ladder) step sum-ladder 60 python3 cli.py run sum --device cuda --variant all --n 1e8
                 step print-array 60 python3 cli.py run print_array --device cuda --values 4,3,2,1 --dtype float64 ;;
