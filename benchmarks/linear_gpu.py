@@ -47,10 +47,10 @@ TILES = [
 ]
 
 
-# --tiles: cuda-double-buffer, the float32 top, beside its default (16 warps of 64 x 32 on 256 x 128): the
+# --tiles: cuda-double-buffer, the float32 top, beside its default (8 warps of 64 x 32 on 128 x 128): the
 # last default, other thread and warp tiles; each obeys its constraints in task.toml and spills nothing in float32.
 DOUBLE_TILES = [
-    dict(block_m=128, block_n=128, block_k=16, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
+    dict(block_m=256, block_n=128, block_k=16, warp_m=64, warp_n=32, thread_m=8, thread_n=4),
     dict(block_m=256, block_n=128, block_k=16, warp_m=64, warp_n=64, thread_m=8, thread_n=8),
     dict(block_m=256, block_n=128, block_k=16, warp_m=64, warp_n=32, thread_m=4, thread_n=8),
     dict(block_m=128, block_n=256, block_k=16, warp_m=32, warp_n=64, thread_m=4, thread_n=8),

@@ -8,9 +8,9 @@
 // slices are already in flight into registers; after the multiply they are stored into the other copy:
 // global latency overlapped with the math. Two copies of the tiles need more shared memory than a block
 // may declare statically (48 KB in float64), so they live in dynamic shared memory, allowed in the launcher.
-// Its default tiles are sized for float32: 16 warps of 64 x 32 on 256 x 128 of C, one block an SM, which
-// reads less of A and B per multiply than two blocks of 128 x 128. float64 does not fit at that size: 512
-// threads get 128 registers each, and its sums go to the stack, many times slower (--param block_m=128 fits).
+// Its default tiles: 8 warps of 64 x 32 on 128 x 128 of C, two blocks an SM, so that one block's sync hides
+// behind the other's math. One block of 256 x 128 reads less of A and B per multiply, and ran slower
+// (docs/kernels.md); at 512 threads a thread gets 128 registers, and float64's sums go to the stack.
 #include "ladder.cuh"  // launch_matmul_nt, launch_tiles, WarpTiles, fetch_tile, stash_tile, copy4, store_warp_tiles
 
 namespace KPLAY_NS {
@@ -31,8 +31,13 @@ constexpr int smem_bytes() { return 2 * BK * (BM + BN + 2 * W::PAD) * int(sizeof
 static_assert(smem_bytes<double>() <= 227 * 1024,
               "the float64 tiles' two copies exceed the 227 KB of shared memory a block may have");
 
+// Two blocks an SM where a block is 256 threads or fewer, in float32: at most 128 registers a thread (float64
+// needs more, and one block an SM it is).
 template <typename T>
-__global__ void __launch_bounds__(W::THREADS)
+constexpr int blocks_per_sm() { return sizeof(T) == 4 && W::THREADS <= 256 ? 2 : 1; }
+
+template <typename T>
+__global__ void __launch_bounds__(W::THREADS, blocks_per_sm<T>())
 matmul_nt_double_buffer(const T* __restrict__ A, int64_t lda,  // (M, K), row stride lda
                         const T* __restrict__ B, int64_t ldb,  // (N, K), row stride ldb
                         const T* __restrict__ bias,            // (N,) or nullptr
