@@ -596,12 +596,12 @@ TF32_STEPS = ["cuda-pipeline", "cuda-warp-specialized"]  # mma.sync m16n8k8; wgm
 @pytest.mark.parametrize("variant", TF32_STEPS)
 def test_the_tf32_steps_take_float32(variant):
     """float32 rounded to TF32, within the TF32 tolerance; k not a multiple of 4 and a misaligned base take
-    cuda-pipeline's value-by-value copy, and a padded copy for cuda-warp-specialized's TMA."""
+    cuda-pipeline's value-by-value copy, and the binding's padded copy for cuda-warp-specialized's TMA."""
     ops = half_ops(variant)
     for shape in HALF_SHAPES:
         x, w, b, gy = seeded(shape, torch.float32, "cuda")
         assert mismatches(lambda *a: spec.linear(ops, *a), x, w, b, gy, "tf32") == [], shape
-    for k in (261, 260):  # 260: k whole, x's base alone misaligned (cuda-warp-specialized copies x alone)
+    for k in (261, 260):  # 260: k whole, x's base alone misaligned (the binding copies x alone)
         x = torch.randn(129 * k + 1, device="cuda")[1:].view(129, k)
         w, b = torch.randn(131, k, device="cuda"), torch.randn(131, device="cuda")
         tol = spec.product_tolerance(x, w, torch.float32, b, tf32=True)

@@ -18,8 +18,8 @@
 // float32 runs here too, as TF32 (task.toml's math = "tf32"): wgmma m64n256k8, a stage's rows still 128 bytes
 // (32 floats). The tensor cores would drop each float's low 13 bits, where cuBLAS rounds to nearest; the
 // producer's three idle warps round each stage in place once it lands, and only then pass it on (`ready`):
-// the consumers spend no instruction on it. TMA wants rows of whole 16-byte pieces: launch pads a copy
-// where K or a base is not (linear_cuda.cpp does so for 16-bit values).
+// the consumers spend no instruction on it. TMA wants rows of whole 16-byte pieces: linear_cuda.cpp pads a
+// copy where K or a base is not, for float32 here as for 16-bit values (-DWHOLE_FLOAT_ROWS, task.toml).
 #define TENSOR_STEP_TAKES_FLOAT  // tensor.cuh: the float32 entry point calls launch<float>
 #include "hopper.cuh"  // tma_load, tensor_map, mbarrier_*, wgmma_step, smem_descriptor, setmaxnreg_*
 
@@ -145,31 +145,6 @@ matmul_nt_warp_specialized(const __grid_constant__ CUtensorMap map_a, const __gr
 #endif
 }
 
-// TMA reads rows of whole 16-byte pieces from a 16-byte aligned start, so a float32 operand whose K or base is
-// not so is copied into rows of `to` values, zeros past K (which add nothing to a product along k). The copy
-// comes from the stream's memory pool and goes back to it once the kernel is done (~Padded).
-template <typename T>
-struct Padded {
-  cudaStream_t stream;
-  T* copies[2] = {};
-  ~Padded() {
-    for (T* c : copies) if (c != nullptr) cudaFreeAsync(c, stream);
-  }
-  const char* rows(int which, const T*& P, int64_t& ld, int64_t rows, int64_t K, int64_t to) {
-    if (to == K && ld % (16 / sizeof(T)) == 0 && reinterpret_cast<uintptr_t>(P) % 16 == 0) return nullptr;
-    const size_t pitch = to * sizeof(T);
-    cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&copies[which]), rows * pitch, stream);
-    if (e != cudaSuccess) copies[which] = nullptr;
-    if (e == cudaSuccess) e = cudaMemsetAsync(copies[which], 0, rows * pitch, stream);
-    if (e == cudaSuccess) e = cudaMemcpy2DAsync(copies[which], pitch, P, ld * sizeof(T), K * sizeof(T), rows,
-                                                cudaMemcpyDeviceToDevice, stream);
-    P = copies[which], ld = to;
-    if (e == cudaSuccess) return nullptr;
-    cudaGetLastError();  // said here: not left for the next launch's check to find
-    return cudaGetErrorString(e);
-  }
-};
-
 template <typename T>
 const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bias, T* C, int64_t ldc, int64_t M,
                    int64_t N, int64_t K, cudaStream_t stream) {
@@ -178,13 +153,6 @@ const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bi
   if (compute_capability() != 90) return "linear: cuda-warp-specialized needs TMA and wgmma, compute capability 9.0";
   const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   if (tiles > INT32_MAX) return "linear: too many tiles of C for one grid";
-  Padded<T> padded{stream};
-  if (std::is_same_v<T, float> && K > 0) {  // 16-bit operands come in whole 16-byte rows (linear_cuda.cpp)
-    const int64_t to = (K + 3) / 4 * 4;
-    if (const char* err = padded.rows(0, A, lda, M, K, to)) return err;
-    if (const char* err = padded.rows(1, B, ldb, N, K, to)) return err;
-    K = to;
-  }
   CUtensorMap map_a{}, map_b{};  // K == 0: no step reads them, and C is the bias
   if (K > 0) {
     if (const char* err = tensor_map(&map_a, A, M, K, lda, BM)) return err;

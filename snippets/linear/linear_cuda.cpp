@@ -58,10 +58,18 @@ bool is_16_bit(const Tensor& t) {
   return t.scalar_type() == ScalarType::BFloat16 || t.scalar_type() == ScalarType::Half;
 }
 
-// The tensor-core steps read rows in 16-byte pieces: a row's length a multiple of 8 and a 16-byte aligned
-// start, else a copy padded with zeros (which add nothing to a product along k).
+// The tensor-core steps read rows in 16-byte pieces: a row's length a multiple of 8 values (4 floats) and a
+// 16-byte aligned start, else a copy padded with zeros (which add nothing to a product along k). float32 rows
+// too for a step built with -DWHOLE_FLOAT_ROWS (task.toml: TMA's strides); the others take them as they come.
+bool wants_whole_rows(const Tensor& t) {
+#ifdef WHOLE_FLOAT_ROWS
+  if (t.scalar_type() == ScalarType::Float) return true;
+#endif
+  return is_16_bit(t);
+}
+
 Tensor whole_16_byte_rows(Tensor t) {
-  const int64_t k = t.size(1), padded = (k + 7) / 8 * 8;
+  const int64_t values = is_16_bit(t) ? 8 : 4, k = t.size(1), padded = (k + values - 1) / values * values;
   if (padded == k && reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 == 0) return t;
   Tensor copy = torch::stable::new_zeros(t, {t.size(0), padded});
   Tensor inside = torch::stable::narrow(copy, 1, 0, k);
@@ -75,7 +83,7 @@ Tensor matmul_nt(Tensor A, Tensor B, const Tensor* bias) {
   B = torch::stable::contiguous(B);
   const int64_t M = A.size(0), N = B.size(0);
   Tensor C = torch::stable::new_empty(A, {M, N});
-  if (is_16_bit(A)) A = whole_16_byte_rows(A), B = whole_16_byte_rows(B);
+  if (wants_whole_rows(A)) A = whole_16_byte_rows(A), B = whole_16_byte_rows(B);
   const int64_t K = A.size(1);
   void* stream = current_stream(A);
   const char* err;
