@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,8 @@ from playground.family import registry
 for name in ('lltm', 'sum'):  # ATen's headers (the longer, which the first lltm and linear tests wait for), then the stable ABI's
     f = registry.find(name)
     build.precompile(f, f.variants['cpp'])
-print(f'{time.perf_counter() - t:.1f}')"""
-_SETUP = pytest.StashKey[tuple]()  # the cache's folder and the precompiling process
+print(f'{time.perf_counter() - t:.1f} {time.time()}')  # its seconds, and when it ended"""
+_SETUP = pytest.StashKey[tuple]()  # the cache's folder, the precompiling process and when it started
 
 
 def pytest_configure(config):
@@ -72,12 +73,13 @@ def pytest_configure(config):
     # by sum and print_array) are made in the background from the start, as a set-up step, not inside
     # whichever test would meet them first.
     config.stash[_SETUP] = path, subprocess.Popen([sys.executable, "-c", PRECOMPILE], cwd=ROOT, text=True,
-                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                  start_new_session=True), time.time()
 
 
 def pytest_unconfigure(config):
     if _SETUP in config.stash:
-        path, proc = config.stash[_SETUP]
+        path, proc, _ = config.stash[_SETUP]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # its compiler too, which writes into the folder removed next
         proc.wait()
@@ -141,12 +143,14 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-_durations: dict[str, list] = {}  # nodeid -> [seconds, marked], summed over setup, call and teardown
+_durations: dict[str, list] = {}  # nodeid -> [seconds, marked, setup's (start, stop)], over setup, call and teardown
 
 
 def pytest_runtest_logreport(report):
-    seen = _durations.setdefault(report.nodeid, [0.0, any(m in report.keywords for m in EXEMPT)])
+    seen = _durations.setdefault(report.nodeid, [0.0, any(m in report.keywords for m in EXEMPT), (0.0, 0.0)])
     seen[0] += report.duration
+    if report.when == "setup":
+        seen[2] = report.start, report.stop
     # KPLAY_FAILURE_LOG=FILE: each failure's report as it comes, for a run that a time limit may cut before
     # pytest's summary (benchmarks/gpu_all.sh). With xdist, the controller writes (workers pass reports on).
     if report.failed and (log := os.environ.get("KPLAY_FAILURE_LOG")) and "PYTEST_XDIST_WORKER" not in os.environ:
@@ -154,22 +158,38 @@ def pytest_runtest_logreport(report):
             f.write(f"{report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
+def _precompiled(config) -> tuple[str, float, float] | None:
+    """The background set-up step, once ended: what it printed (its seconds, when it ended, or its error's last line)
+    and when it started and ended (the end is 0 where it failed)."""
+    if _SETUP not in config.stash or config.stash[_SETUP][1].poll() is None:
+        return None
+    _, proc, start = config.stash[_SETUP]
+    if not hasattr(proc, "said"):
+        out, err = proc.communicate()
+        proc.said = out.split() or [(err.strip() or "?").splitlines()[-1]]
+    return proc.said[0], start, float(proc.said[1]) if len(proc.said) == 2 else 0.0
+
+
 def _too_slow(config, limit: float) -> list[tuple[float, str]]:
-    """Unmarked tests over `limit` seconds, slowest first; with xdist, the controller's count (workers say nothing)."""
+    """Unmarked tests over `limit` seconds, slowest first; with xdist, the controller's count (workers say nothing).
+    A test's set-up is not charged for the time it spent beside the background precompile: the first lltm and
+    linear builds wait there for the headers, which a loaded machine can take a minute to make."""
     if hasattr(config, "workerinput"):
         return []
-    return sorted(((s, node) for node, (s, slow) in _durations.items() if not slow and s > limit), reverse=True)
+    _, start, end = _precompiled(config) or (None, 0.0, 0.0)
+    waited = lambda a, b: max(0.0, min(b, end) - max(a, start))
+    charged = ((s - waited(*setup), node) for node, (s, slow, setup) in _durations.items() if not slow)
+    return sorted(((s, node) for s, node in charged if s > limit), reverse=True)
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    if _SETUP in config.stash and config.stash[_SETUP][1].poll() is not None:
-        out, err = config.stash[_SETUP][1].communicate()
-        terminalreporter.line(f"set-up: the headers precompiled in the background in {out.strip()} s" if out
-                              else f"set-up: the headers were not precompiled: {(err.strip() or '?').splitlines()[-1]}")
+    if said := _precompiled(config):
+        terminalreporter.line(f"set-up: the headers precompiled in the background in {said[0]} s" if said[2]
+                              else f"set-up: the headers were not precompiled: {said[0]}")
     everything = _too_slow(config, 0.0)
     listed = [(s, node) for s, node in everything if s > REPORT_S]
     if listed:
-        terminalreporter.section(f"unmarked tests over {REPORT_S} s (over {FAIL_S} s fails the run: mark it slow)")
+        terminalreporter.section(f"unmarked tests over {REPORT_S} s, less waits for the set-up (over {FAIL_S} s fails)")
         for seconds, node in listed:
             terminalreporter.line(f"{seconds:6.1f}s {'FAIL ' if seconds > FAIL_S else ''}{node}")
     files = collections.Counter()

@@ -100,21 +100,29 @@ def lltm(variant: str, **params):
     return SPEC.lltm_function(ops(variant, **params), variant)
 
 
+@pytest.fixture(scope="module")
+def cpp():
+    """The cpp variant, built in the set-up of the first test that asks (set-up that waits for the precompiled
+    headers is not charged to the test: conftest)."""
+    return lltm("cpp")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_cpp_matches_reference(shape, dtype):
-    assert_matches(lltm("cpp"), inputs(shape, dtype, "cpu"), dtype)
+def test_cpp_matches_reference(cpp, shape, dtype):
+    assert_matches(cpp, inputs(shape, dtype, "cpu"), dtype)
 
 
-def test_cpp_non_contiguous_inputs():
+def test_cpp_non_contiguous_inputs(cpp):
     xs = strided(inputs((6, 5, 7), torch.float64, "cpu"))
-    assert_matches(lltm("cpp"), xs, torch.float64)
+    assert_matches(cpp, xs, torch.float64)
 
 
-def test_cpp_gradcheck_float64():
-    assert SPEC.gradcheck(lltm("cpp"), "cpu")
+def test_cpp_gradcheck_float64(cpp):
+    assert SPEC.gradcheck(cpp, "cpu")
 
 
+@pytest.mark.usefixtures("cpp")
 def test_cpp_opcheck():
     """Schemas, fake tensors and AOT dispatch of both ops."""
     check_ops("cpp", "cpu")
@@ -135,11 +143,11 @@ def check_ops(variant, device):
     torch.library.opcheck(lib.lltm_backward.default, (grad_h, grad_cell, new_cell, gates, X, weights))
 
 
-def test_cpp_module_trains_like_the_reference():
+def test_cpp_module_trains_like_the_reference(cpp):
     """The nn.Module wrapper: same outputs and parameter gradients as the Python module with equal weights."""
     torch.manual_seed(0)
     ref = SPEC.LLTM(7, 9).double()
-    mine = SPEC.LLTM(7, 9, function=lltm("cpp")).double()
+    mine = SPEC.LLTM(7, 9, function=cpp).double()
     mine.load_state_dict(ref.state_dict())
     x, h, c = (torch.randn(4, n, dtype=torch.float64) for n in (7, 9, 9))
     for module in (ref, mine):
@@ -162,8 +170,8 @@ def assert_one_output_used(fn, device, which):
         torch.testing.assert_close(g, w)
 
 
-def test_cpp_one_output_used():
-    assert_one_output_used(lltm("cpp"), "cpu", 0)
+def test_cpp_one_output_used(cpp):
+    assert_one_output_used(cpp, "cpu", 0)
 
 
 def assert_inference_mode(fn, device):
@@ -176,10 +184,11 @@ def assert_inference_mode(fn, device):
     torch.testing.assert_close(new_cell, ref_cell)
 
 
-def test_cpp_inference_mode():
-    assert_inference_mode(lltm("cpp"), "cpu")
+def test_cpp_inference_mode(cpp):
+    assert_inference_mode(cpp, "cpu")
 
 
+@pytest.mark.usefixtures("cpp")
 def test_cpp_rejects_bad_shapes():
     input, weights, bias, old_h, old_cell, *_ = inputs((3, 4, 5), torch.float32, "cpu")
     with pytest.raises(RuntimeError, match="weights must be"):
