@@ -158,7 +158,7 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     device = result.device
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
     flops = spec.flops(req.sizes) if spec.flops else 0
-    alive = _heartbeat(on_event)
+    alive = _heartbeat(on_event, min(0.25, req.timeout / 10))  # its spacing costs a call a tenth of the timeout
     pool = trust.pool(spec, req, main, dtype, device, nbytes, _contenders(spec, ops, baselines, main), alive)
     functions = {("variant", v): spec.function(ops[v], v) for v in ops} | {("baseline", b): fn for b, fn in baselines.items()}
     steps = {who: [spec.timings(fn, x) for x in pool] for who, fn in functions.items()}
@@ -251,8 +251,9 @@ def _bench(spec, req, fns: dict, device: str, observe, before) -> tuple[dict, di
     return stats, walls
 
 
-def _heartbeat(on_event, every_s: float = 0.25):
-    """events.ALIVE after a timed call, at most every `every_s`: --timeout then bounds one call, not the timing."""
+def _heartbeat(on_event, every_s: float):
+    """events.ALIVE after a timed call, at most every `every_s`: --timeout then bounds one call, not the timing.
+    The parent counts the timeout from the last beat, so a call may have up to `every_s` less than it."""
     import time
 
     last = [time.monotonic()]
