@@ -3,7 +3,8 @@ activated; each command's wall clock and what it printed last, then `-m "not slo
 
     python3 benchmarks/setup_time.py            # writes benchmarks/results/DATE-COMMIT-cpu-setup.md
 
-One run of each (the install alone takes minutes): quote it with the machine's load in mind.
+One run of each (the install alone takes minutes): quote it with the machine's load in mind. Beside them, the
+floor of any run, `import torch` in the new venv (median of three): it tells one machine from another.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, results_name  # noqa: E402
 
+from playground.compiler.toolchain import cpu_model  # noqa: E402
+
 COMMANDS = {  # the README's, word for word
     "1. install and the main job": 'python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/kplay run sum --n 1e7',
     "2. the test extra and the tests": '.venv/bin/pip install ".[dev]" && .venv/bin/python -m pytest -n 2 --dist loadfile',
@@ -27,8 +31,18 @@ COMMANDS = {  # the README's, word for word
 }
 
 
+def _import_torch(venv_parent: str, env: dict) -> float:
+    """`import torch` in the new venv, a fresh process each time: the median of three, in seconds."""
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run([".venv/bin/python", "-c", "import torch"], cwd=venv_parent, env=env, check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> None:
-    rows = []
+    rows, floor = [], 0.0
     with tempfile.TemporaryDirectory(prefix="kplay-setup-") as tmp:
         subprocess.run(["git", "clone", "-q", str(ROOT), tmp], check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
@@ -39,6 +53,8 @@ def main() -> None:
             last = (done.stdout.strip().splitlines() or [""])[-1]
             rows.append((what, command, seconds, done.returncode, re.sub(r"\x1b\[[0-9;]*m", "", last)))
             print(f"{what}: {seconds:.0f} s, exit {done.returncode}: {last}", flush=True)
+            if not floor:  # once command 1 has made the venv: this machine's floor, which any run of kplay pays
+                floor = _import_torch(tmp, env)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     lines = [f"# The README's set-up commands from a fresh clone of {commit}, {time.strftime('%Y-%m-%d')}", "",
@@ -46,6 +62,8 @@ def main() -> None:
              "the venv new and not activated (benchmarks/setup_time.py).", "",
              "| command | seconds | exit | its last line |", "|---|---|---|---|"]
     lines += [f"| {what}: `{command}` | {seconds:.0f} | {code} | {last} |" for what, command, seconds, code, last in rows]
+    lines += ["", f"The floor, in the same run: `python -c 'import torch'` in the new venv, {floor:.2f} s (median of 3)",
+              f"on this machine ({cpu_model()}): machines differ, and this tells by how much."]
     out = ROOT / "benchmarks" / "results" / results_name("setup.md", "cpu")
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
