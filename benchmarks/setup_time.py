@@ -31,18 +31,19 @@ COMMANDS = {  # the README's, word for word
 }
 
 
-def _import_torch(venv_parent: str, env: dict) -> float:
-    """`import torch` in the new venv, a fresh process each time: the median of three, in seconds."""
-    times = []
+def _import_torch(venv_parent: str, env: dict) -> tuple[float, str]:
+    """`import torch` in the new venv, a fresh process each time: the median of three, in seconds; its version."""
+    times, said = [], ""
     for _ in range(3):
         start = time.perf_counter()
-        subprocess.run([".venv/bin/python", "-c", "import torch"], cwd=venv_parent, env=env, check=True)
+        said = subprocess.run([".venv/bin/python", "-c", "import torch; print(torch.__version__)"], cwd=venv_parent,
+                              env=env, capture_output=True, text=True).stdout.strip()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(times), said
 
 
 def main() -> None:
-    rows, floor = [], 0.0
+    rows, floor = [], None
     with tempfile.TemporaryDirectory(prefix="kplay-setup-") as tmp:
         subprocess.run(["git", "clone", "-q", str(ROOT), tmp], check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
@@ -53,7 +54,7 @@ def main() -> None:
             last = (done.stdout.strip().splitlines() or [""])[-1]
             rows.append((what, command, seconds, done.returncode, re.sub(r"\x1b\[[0-9;]*m", "", last)))
             print(f"{what}: {seconds:.0f} s, exit {done.returncode}: {last}", flush=True)
-            if not floor:  # once command 1 has made the venv: this machine's floor, which any run of kplay pays
+            if what.startswith("1.") and done.returncode == 0:  # command 1 made the venv: the floor any run pays
                 floor = _import_torch(tmp, env)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
@@ -62,8 +63,9 @@ def main() -> None:
              "the venv new and not activated (benchmarks/setup_time.py).", "",
              "| command | seconds | exit | its last line |", "|---|---|---|---|"]
     lines += [f"| {what}: `{command}` | {seconds:.0f} | {code} | {last} |" for what, command, seconds, code, last in rows]
-    lines += ["", f"The floor, in the same run: `python -c 'import torch'` in the new venv, {floor:.2f} s (median of 3)",
-              f"on this machine ({cpu_model()}): machines differ, and this tells by how much."]
+    lines += ["", f"The floor, in the same run: `python -c 'import torch'` in the new venv (torch {floor[1]}), "
+              f"{floor[0]:.2f} s (median of 3)" if floor else "No floor: command 1 failed.",
+              f"on this machine ({cpu_model()}): machines differ, and this tells by how much." if floor else ""]
     out = ROOT / "benchmarks" / "results" / results_name("setup.md", "cpu")
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")

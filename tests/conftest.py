@@ -49,14 +49,20 @@ def pytest_collection_modifyitems(config, items):
 
 # The session's one build cache, which the xdist workers inherit: a source is built once, and kplay's file
 # locks make sharing it safe. Set in the controller (the only process without xdist), before any worker starts.
-PRECOMPILE = """import time; t = time.perf_counter()
+PRECOMPILE = """import sys, time; t = time.perf_counter()
+from pathlib import Path
 from playground.compiler import build
 from playground.family import registry
 for name in ('lltm', 'sum'):  # ATen's headers (the longer, which the first lltm and linear tests wait for), then the stable ABI's
     f = registry.find(name)
     build.precompile(f, f.variants['cpp'])
-print(f'{time.perf_counter() - t:.1f} {time.time()}')  # its seconds, and when it ended"""
+    if name == 'lltm':  # when ATen's were ready, written whole
+        Path(sys.argv[1] + '.part').write_text(str(time.time()))
+        Path(sys.argv[1] + '.part').rename(sys.argv[1])
+print(f'{time.perf_counter() - t:.1f}')"""
+ATEN_READY = "aten-ready"  # the file, in the session's cache, that says when
 _SETUP = pytest.StashKey[tuple]()  # the cache's folder, the precompiling process and when it started
+_CHARGED = pytest.StashKey[list]()  # (seconds, node) of each unmarked test, as the session ended
 
 
 def pytest_configure(config):
@@ -72,7 +78,8 @@ def pytest_configure(config):
     # The precompiled headers (one-off builds: ATen's 17-24 s, shared by lltm and linear; the stable ABI's 7-10 s,
     # by sum and print_array) are made in the background from the start, as a set-up step, not inside
     # whichever test would meet them first.
-    config.stash[_SETUP] = path, subprocess.Popen([sys.executable, "-c", PRECOMPILE], cwd=ROOT, text=True,
+    config.stash[_SETUP] = path, subprocess.Popen([sys.executable, "-c", PRECOMPILE, str(path / ATEN_READY)],
+                                                  cwd=ROOT, text=True,
                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                   start_new_session=True), time.time()
 
@@ -139,6 +146,7 @@ def cold():
 
 def pytest_sessionfinish(session):
     _Warm.close()
+    session.config.stash[_CHARGED] = _charged(session.config)  # once: the summary lists what the status judged
     if _too_slow(session.config, FAIL_S) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -158,34 +166,43 @@ def pytest_runtest_logreport(report):
             f.write(f"{report.nodeid} ({report.when})\n{report.longreprtext}\n\n")
 
 
-def _precompiled(config) -> tuple[str, float, float] | None:
-    """The background set-up step, once ended: what it printed (its seconds, when it ended, or its error's last line)
-    and when it started and ended (the end is 0 where it failed)."""
-    if _SETUP not in config.stash or config.stash[_SETUP][1].poll() is None:
+def _precompiled(config) -> tuple[str | None, float, float] | None:
+    """The background set-up step: what it said once ended (None while it runs), when it started, and when ATen's
+    headers were ready (now, while it makes them; its start, if it never did)."""
+    if _SETUP not in config.stash:
         return None
-    _, proc, start = config.stash[_SETUP]
-    if not hasattr(proc, "said"):
+    path, proc, start = config.stash[_SETUP]
+    running = proc.poll() is None
+    if not running and not hasattr(proc, "said"):
         out, err = proc.communicate()
-        proc.said = out.split() or [(err.strip() or "?").splitlines()[-1]]
-    return proc.said[0], start, float(proc.said[1]) if len(proc.said) == 2 else 0.0
+        proc.said = (f"the headers precompiled in the background in {out.strip()} s" if proc.returncode == 0
+                     else f"the headers were not precompiled: {(err.strip() or '?').splitlines()[-1]}")
+    if not hasattr(proc, "ready") and (path / ATEN_READY).exists():
+        proc.ready = float((path / ATEN_READY).read_text())
+    return None if running else proc.said, start, getattr(proc, "ready", time.time() if running else start)
+
+
+def _charged(config) -> list[tuple[float, str]]:
+    """Each unmarked test's seconds, slowest first; with xdist, the controller's count (workers say nothing).
+    A test's set-up is not charged for the time it spent before ATen's headers were precompiled: the first lltm
+    and linear builds (module fixtures) wait there, and a loaded machine can take a minute over them."""
+    if hasattr(config, "workerinput"):
+        return []
+    _, start, ready = _precompiled(config) or (None, 0.0, 0.0)
+    waited = lambda a, b: max(0.0, min(b, ready) - max(a, start))
+    return sorted(((s - waited(*setup), node) for node, (s, slow, setup) in _durations.items() if not slow),
+                  reverse=True)
 
 
 def _too_slow(config, limit: float) -> list[tuple[float, str]]:
-    """Unmarked tests over `limit` seconds, slowest first; with xdist, the controller's count (workers say nothing).
-    A test's set-up is not charged for the time it spent beside the background precompile: the first lltm and
-    linear builds wait there for the headers, which a loaded machine can take a minute to make."""
-    if hasattr(config, "workerinput"):
-        return []
-    _, start, end = _precompiled(config) or (None, 0.0, 0.0)
-    waited = lambda a, b: max(0.0, min(b, end) - max(a, start))
-    charged = ((s - waited(*setup), node) for node, (s, slow, setup) in _durations.items() if not slow)
-    return sorted(((s, node) for s, node in charged if s > limit), reverse=True)
+    """Unmarked tests over `limit` seconds, slowest first, as the session ended."""
+    return [(s, node) for s, node in config.stash.get(_CHARGED, []) if s > limit]
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    if said := _precompiled(config):
-        terminalreporter.line(f"set-up: the headers precompiled in the background in {said[0]} s" if said[2]
-                              else f"set-up: the headers were not precompiled: {said[0]}")
+    said = _precompiled(config)
+    if said and said[0]:
+        terminalreporter.line(f"set-up: {said[0]}")
     everything = _too_slow(config, 0.0)
     listed = [(s, node) for s, node in everything if s > REPORT_S]
     if listed:

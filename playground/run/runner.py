@@ -158,7 +158,7 @@ def _time(spec, req, result: RunResult, ops: dict, baselines: dict, main, dtype,
     device = result.device
     nbytes = spec.traffic(req.sizes, dtype) if spec.traffic else 0
     flops = spec.flops(req.sizes) if spec.flops else 0
-    alive = _heartbeat(on_event, min(0.25, req.timeout / 10))  # its spacing costs a call a tenth of the timeout
+    alive = _heartbeat(on_event, min(0.25, max(0.01, req.timeout / 10)))  # a tenth of the timeout, at most
     pool = trust.pool(spec, req, main, dtype, device, nbytes, _contenders(spec, ops, baselines, main), alive)
     functions = {("variant", v): spec.function(ops[v], v) for v in ops} | {("baseline", b): fn for b, fn in baselines.items()}
     steps = {who: [spec.timings(fn, x) for x in pool] for who, fn in functions.items()}
