@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, results_name  # noqa: E402
+from common import ROOT, median_of, results_name, timed  # noqa: E402
 
 from playground.compiler.toolchain import cpu_model  # noqa: E402
 
@@ -33,13 +32,8 @@ COMMANDS = {  # the README's, word for word
 
 def _import_torch(venv_parent: str, env: dict) -> tuple[float, str]:
     """`import torch` in the new venv, a fresh process each time: the median of three, in seconds; its version."""
-    times, said = [], ""
-    for _ in range(3):
-        start = time.perf_counter()
-        said = subprocess.run([".venv/bin/python", "-c", "import torch; print(torch.__version__)"], cwd=venv_parent,
-                              env=env, capture_output=True, text=True).stdout.strip()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), said
+    cmd = [f"{venv_parent}/.venv/bin/python", "-c", "import torch; print(torch.__version__)"]
+    return median_of(3, {"torch": cmd}, env)["torch"].wall, timed(cmd, env)[1].strip()
 
 
 def main() -> None:
