@@ -1,8 +1,8 @@
 """What a change to linear's mma.sync rung (cuda-pipeline) bought, and what its TF32 rounding costs: the rung
 before (a commit's snippets/linear), the rung now, and the rung now with its fragments left unrounded, side by
 side in TF32 and bfloat16 at 4096^3, and the rung now at three larger block tiles (less of A and B read from L2
-a multiply); cuda-double-buffer before and now in float32, each at 128 x 128 and 256 x 128 (now with block_k
-32 too).
+a multiply); cuda-double-buffer before and now in float32, each at 128 x 128 and 256 x 128 (now also at
+other block_k, warp and thread tiles).
 First: does cuBLAS's TF32 round its inputs or truncate them (its result against each, in float64)?
 
     python benchmarks/probes/pipeline_probe.py --before COMMIT [--size 4096] [--budget 0.3] [--quick] [--rows float32]
@@ -51,9 +51,10 @@ PIPE = [(fam, "cuda-pipeline", {}) for fam in ("linear_before", "linear", "linea
     ("linear", "cuda-pipeline", p) for p in [WIDE, TALL, dict(WIDE, stages=4)]]
 WGMMA_TF32 = [(fam, "cuda-warp-specialized", {}) for fam in ("linear", "linear_unrounded")]  # Hopper's TF32 rung
 # cuda-double-buffer before and now, at 128 x 128 (two blocks an SM: now the default) and 256 x 128 (one, the
-# default before d92802a); now also with one sync a 32 k
+# default before d92802a); now also at other steps of k, warp shapes and thread tiles
 F32 = [(fam, "cuda-double-buffer", dict(block_m=m)) for fam in ("linear_before", "linear") for m in (128, 256)] + [
-    ("linear", "cuda-double-buffer", dict(block_k=32))]
+    ("linear", "cuda-double-buffer", p) for p in [dict(block_k=8), dict(block_k=32), dict(thread_m=4, thread_n=8),
+                                                  dict(warp_m=32, warp_n=64, thread_m=4)]]
 ROWS = [("float32", torch.float32, False, F32), ("TF32", torch.float32, True, PIPE + WGMMA_TF32),
         ("bfloat16", torch.bfloat16, False, PIPE)]
 

@@ -75,29 +75,18 @@ __device__ __forceinline__ void load4(const T* __restrict__ P, int64_t ld, int r
   for (int j = 0; j < 4; ++j) v[j] = (r < R && k + j < K) ? P[r * ld + k + j] : T(0);
 }
 
-// Where 4-vector i of a ROWS x BK tile lies: lanes 0-15 of a warp take 16 rows at one 4 columns, lanes 16-31
-// the same rows at the next 4. A warp's loads are 16 whole 32-byte sectors, as with 4 lanes a row, and its
-// k-major stores (tile[k][row], rows PAD = 4 banks apart) hit 32 banks, where 8 rows at 4 columns hit 16 twice.
-template <int BK>
-__device__ __forceinline__ int2 vector_at(int i) {
-  constexpr int KV = BK / 4;  // 4-vectors in a row of the tile
-  return make_int2(i % 16 + 16 * (i / (16 * KV)), i / 16 % KV * 4);  // (row, first column)
-}
-
 // This thread's share of a step's tile, global -> registers: the BK columns from k0 of rows row0 .. row0 +
-// ROWS - 1 of P, as 4-vectors i = threadIdx.x, + THREADS, ... (vector_at(i)).
+// ROWS - 1 of P, as 4-vectors i = threadIdx.x, + THREADS, ... (row i / (BK / 4), column 4 (i % (BK / 4))).
 // Every load starts before anything waits for one; where the vectors do not divide evenly among the
 // threads, the last ones skip.
 template <int ROWS, int BK, int THREADS, typename T, int LOADS>
 __device__ __forceinline__ void fetch_tile(const T* __restrict__ P, int64_t ld, int row0, int k0, int R, int K,
                                            bool vec, T (&regs)[LOADS][4]) {
   constexpr int VECS = ROWS * BK / 4;
-  static_assert(ROWS % 16 == 0, "vector_at takes rows 16 at a time");
 #pragma unroll
   for (int l = 0; l < LOADS; ++l) {
-    const int i = threadIdx.x + l * THREADS;
-    const int2 at = vector_at<BK>(i);
-    if (VECS % THREADS == 0 || i < VECS) load4(P, ld, row0 + at.x, k0 + at.y, R, K, vec, regs[l]);
+    const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
+    if (VECS % THREADS == 0 || i < VECS) load4(P, ld, row0 + r, k0 + k, R, K, vec, regs[l]);
   }
 }
 
@@ -107,10 +96,9 @@ __device__ __forceinline__ void stash_tile(const T (&regs)[LOADS][4], T (*tile)[
   constexpr int VECS = ROWS * BK / 4;
 #pragma unroll
   for (int l = 0; l < LOADS; ++l) {
-    const int i = threadIdx.x + l * THREADS;
-    const int2 at = vector_at<BK>(i);
+    const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
     if (VECS % THREADS == 0 || i < VECS)
-      for (int j = 0; j < 4; ++j) tile[at.y + j][at.x] = regs[l][j];
+      for (int j = 0; j < 4; ++j) tile[k + j][r] = regs[l][j];
   }
 }
 
