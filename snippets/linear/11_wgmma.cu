@@ -7,16 +7,19 @@
 // is started by a warpgroup (4 consecutive warps, 128 threads) and reads A and B from shared memory itself,
 // through a 64-bit descriptor per operand (hopper.cuh's smem_descriptor: where the tile starts, how its rows
 // are laid out). One wgmma m64n128k16 is 131,072 multiply-adds, and it is asynchronous: the warpgroup starts
-// it, then commits and waits for the group, as cp.async does.
+// a step's four, commits them as a group, and waits only for the group before (wgmma_wait<1>), so one step's
+// multiply runs while the warps wait for the next stage and start its copies. Waiting for each step's own
+// group leaves the tensor cores idle through every sync and copy.
 //
 // A block of 2 warpgroups computes a 128 x 128 tile of C, each a 64 x 128 piece (64 float32 sums per thread).
-// The tiles arrive as in step 10 (cp.async, 4 stages, the 128-byte swizzle, which wgmma reads directly), with
-// one more fence: cp.async writes through the generic proxy, wgmma reads through the async proxy.
+// The tiles arrive as in step 10 (cp.async, the 128-byte swizzle, which wgmma reads directly), 5 stages with
+// copies 3 ahead: a stage is refilled once the multiply two steps back is done, not the one just started.
+// One more fence: cp.async writes through the generic proxy, wgmma reads through the async proxy.
 #include "hopper.cuh"  // smem_descriptor, wgmma_step, fence_proxy_async; tensor.cuh's TileCopy, ...
 
 namespace KPLAY_NS {
 
-constexpr int BM = 128, BN = 128, BK = 64, STAGES = 4;  // k per stage: one 128-byte row
+constexpr int BM = 128, BN = 128, BK = 64, STAGES = 5;  // k per stage: one 128-byte row; copies STAGES - 2 ahead
 constexpr int GROUPS = BM / 64, THREADS = 128 * GROUPS;  // a warpgroup per 64 rows of the tile
 constexpr int STAGE = (BM + BN) * BK;                     // values in one stage: A's tile, then B's
 
@@ -38,32 +41,34 @@ matmul_nt_wgmma(const T* __restrict__ A, int64_t lda, const T* __restrict__ B, i
   float d[BN / 2] = {};  // this thread's sums: 64 x 128 per warpgroup over 128 threads
 
 #pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < STAGES - 2; ++s) {
     if (s < steps) copy_stage(stages + s * STAGE, A, lda, B, ldb, m0, n0, s * BK, M, N, K);
     cp_async_commit();
   }
   for (int step = 0; step < steps; ++step) {
-    cp_async_wait<STAGES - 2>();
+    cp_async_wait<STAGES - 3>();
     fence_proxy_async();  // this thread's copies, visible to wgmma
     __syncthreads();      // everyone's; and every warpgroup is done with the stage reused below
-    const int next = step + STAGES - 1;
+    const int next = step + STAGES - 2;
     if (next < steps) copy_stage(stages + next % STAGES * STAGE, A, lda, B, ldb, m0, n0, next * BK, M, N, K);
     cp_async_commit();
     const T* As = stages + step % STAGES * STAGE + group * 64 * BK;  // this warpgroup's 64 rows of A
     const T* Bs = stages + step % STAGES * STAGE + BM * BK;
-    // kplay:todo wgmma_fence(); per kk += 16: wgmma_step<BN, T> of smem_descriptor(As + kk), (Bs + kk); commit; wait
-    // kplay:why A descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle. The
-    // kplay:why wait (no group pending) lets the next loop's sync free this stage.
+    // kplay:todo wgmma_fence(); per kk += 16: wgmma_step<BN, T> of smem_descriptor(As + kk), (Bs + kk); commit; wait<1>
+    // kplay:why A descriptor's start moves 32 bytes along the row per kk; the hardware applies the swizzle. wait<1>
+    // kplay:why leaves this group running: the one before is done, so the next loop's sync frees the stage it read.
     fence_registers(d);  // the sums' last ordinary writes (the zeros) stay before the fence
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) wgmma_step<BN, T>(d, smem_descriptor(As + kk), smem_descriptor(Bs + kk), 1);
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();
     // kplay:end
     fence_registers(d);
   }
   cp_async_wait<0>();
+  wgmma_wait<0>();  // the last step's multiply
+  fence_registers(d);
   const int warp = threadIdx.x % 128 / 32;  // rows 16 warp .. + 15 of the warpgroup's 64
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
@@ -81,7 +86,7 @@ const char* launch(const T* A, int64_t lda, const T* B, int64_t ldb, const T* bi
   if (M > INT32_MAX - BM || N > INT32_MAX - BN || K > INT32_MAX - BK) return "linear: a dimension exceeds 2^31 - 129";
   if (compute_capability() != 90) return "linear: cuda-wgmma needs wgmma, compute capability 9.0 (Hopper)";
   if ((M + BM - 1) / BM > 65535) return "linear: batch too large for one grid (gridDim.y <= 65535)";
-  constexpr int bytes = STAGES * STAGE * sizeof(T) + 1024;  // 128 KB, and room to align the first tile
+  constexpr int bytes = STAGES * STAGE * sizeof(T) + 1024;  // 160 KB, and room to align the first tile
   if (cudaFuncSetAttribute(matmul_nt_wgmma<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
     return launch_error();
   }

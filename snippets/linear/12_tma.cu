@@ -11,7 +11,9 @@
 //
 // With the loads off the warps' hands, the block's tile grows to 128 x 256: two warpgroups each multiply
 // 64 x 256 (wgmma m64n256k16, 128 sums per thread), and each tile of B read from shared memory feeds twice
-// the multiply-adds of step 11. 4 stages of 48 KB.
+// the multiply-adds of step 11. 4 stages of 48 KB. Each step's multiply is waited for before the next
+// (wgmma_wait<0>): with one left running, as in step 11, 4 stages would keep the copies only 2 steps ahead;
+// step 13 overlaps the two another way, with a warpgroup that only copies.
 #include "hopper.cuh"  // tma_load, tensor_map, mbarrier_*, wgmma_step, smem_descriptor
 
 namespace KPLAY_NS {
