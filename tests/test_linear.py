@@ -683,6 +683,16 @@ def test_tensor_core_steps_are_clean_under_memcheck_and_racecheck(kplay, variant
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("variant", CUDA_VARIANTS)
+def test_cuda_core_steps_are_clean_under_memcheck_and_racecheck(kplay, variant):
+    """float32 at partial tiles in every dimension, k not a multiple of 4: the scalar edges of the copies."""
+    for tool in ("memcheck", "racecheck"):
+        result = kplay("run", "linear", "--variant", variant, "--device", "cuda", "--batch", "33", "--in", "65",
+                       "--out", "129", "--sanitize", tool)
+        assert result.exit_code == 0 and "clean" in result.stdout, (tool, result.output)
+
+
+@pytest.mark.cuda
 def test_the_wgmma_tf32_step_is_clean_under_memcheck_and_racecheck_with_its_padded_copies(kplay):
     """float32 at in 65: both operands copied into padded rows for TMA, the stages rounded by the producer."""
     half_ops("cuda-warp-specialized")
