@@ -75,18 +75,39 @@ __device__ __forceinline__ void load4(const T* __restrict__ P, int64_t ld, int r
   for (int j = 0; j < 4; ++j) v[j] = (r < R && k + j < K) ? P[r * ld + k + j] : T(0);
 }
 
+// Four consecutive values from p, known to lie inside the matrix (16-byte aligned for float): no tests.
+template <typename T>
+__device__ __forceinline__ void load4_inside(const T* __restrict__ p, T (&v)[4]) {
+  if constexpr (std::is_same_v<T, float>) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    for (int j = 0; j < 4; ++j) v[j] = p[j];
+  }
+}
+
 // This thread's share of a step's tile, global -> registers: the BK columns from k0 of rows row0 .. row0 +
 // ROWS - 1 of P, as 4-vectors i = threadIdx.x, + THREADS, ... (row i / (BK / 4), column 4 (i % (BK / 4))).
 // Every load starts before anything waits for one; where the vectors do not divide evenly among the
-// threads, the last ones skip.
+// threads, the last ones skip. A tile wholly inside the matrix (the same answer for the whole block) skips
+// the tests for its edges, and each load is a fixed number of rows below the one before: an add, not an
+// address worked out afresh.
 template <int ROWS, int BK, int THREADS, typename T, int LOADS>
 __device__ __forceinline__ void fetch_tile(const T* __restrict__ P, int64_t ld, int row0, int k0, int R, int K,
                                            bool vec, T (&regs)[LOADS][4]) {
-  constexpr int VECS = ROWS * BK / 4;
+  constexpr int VECS = ROWS * BK / 4, ROWS_APART = THREADS / (BK / 4);
+  constexpr bool SAME_K = THREADS % (BK / 4) == 0;  // every load at the same k, ROWS_APART rows apart
+  const bool inside = SAME_K && row0 + ROWS <= R && k0 + BK <= K && (vec || !std::is_same_v<T, float>);
+  const T* first = P + int64_t(row0 + threadIdx.x / (BK / 4)) * ld + k0 + (threadIdx.x % (BK / 4)) * 4;
 #pragma unroll
   for (int l = 0; l < LOADS; ++l) {
     const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
-    if (VECS % THREADS == 0 || i < VECS) load4(P, ld, row0 + r, k0 + k, R, K, vec, regs[l]);
+    if (VECS % THREADS != 0 && i >= VECS) continue;
+    if (inside) {
+      load4_inside(first + int64_t(l) * ROWS_APART * ld, regs[l]);
+    } else {
+      load4(P, ld, row0 + r, k0 + k, R, K, vec, regs[l]);
+    }
   }
 }
 
