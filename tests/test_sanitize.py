@@ -9,6 +9,7 @@ from rich.console import Console
 
 from conftest import gpu
 from playground.child import spawn as isolate
+from playground.core import events
 from playground.core.errors import KernelCrash
 from playground.family import registry, request
 from playground.insight import sanitize
@@ -184,6 +185,19 @@ def test_a_finding_fails_a_run_whose_numbers_are_right(tmp_path, monkeypatch):
     assert (r["ok"], r["exit_code"]) == (False, 1)
     assert r["why"] == "racecheck found problems at 5 places in the kernel"
     assert r["sanitize"]["summary"] == "20 hazards displayed (0 errors, 85 warnings)"
+
+
+@pytest.mark.slow
+def test_a_sanitized_run_checks_the_sanitize_sizes_then_the_requested_size(tmp_path, monkeypatch):
+    """Not the test sizes: under racecheck, cuda-smem's call at linear's 1000 x 1000 x 1023 took over 120 s."""
+    monkeypatch.setattr(sanitize, "executable", lambda: fake_sanitizer(tmp_path, "fast-memcheck"))
+    cases = []
+    seen = lambda event, **data: cases.append(data["case"].split()[0]) if event == events.CHECK else None  # noqa: E731
+    req = request.make("sum", device="cpu", sizes={"n": 1000}, bench=False, lineinfo=True)
+    assert sanitize.run(req, "memcheck", seen)["ok"]
+    sizes = [f"n={s['n']}" for s in registry.find("sum").sanitize_sizes]
+    assert "n=65537" in sizes and "n=2" not in sizes  # n=2 is a test size
+    assert cases[:len(sizes)] == sizes and set(cases[len(sizes):]) == {"n=1000"}  # then the requested size's cases
 
 
 @pytest.mark.slow

@@ -179,8 +179,14 @@ def _under(req, argv: list[str], log: Path, on_event) -> tuple[dict | None, Kern
 
 
 def run(req, tool: str, on_event=events.ignore) -> dict:
-    """The run's result under the tool, with result['sanitize']; any finding fails it (exit 1)."""
+    """The run's result under the tool, with result['sanitize']; any finding fails it (exit 1). Its check takes
+    the family's small sanitize sizes before the requested size, as `kplay check` does, not the test sizes: a
+    racecheck of a 1000 x 1000 x 1023 matmul through shared memory takes minutes."""
     from ..compiler.toolchain import cache_dir
+
+    fam = req.load_family()
+    if req.test_sizes is None and fam.sanitize_sizes:
+        req = dataclasses.replace(req, test_sizes=fam.sanitize_sizes)
 
     # application-only: the worker is the application; its builds (ninja, nvcc) are left alone
     argv = [executable(), "--tool", tool, "--target-processes", "application-only", "--print-limit", str(PRINT_LIMIT),
@@ -191,7 +197,6 @@ def run(req, tool: str, on_event=events.ignore) -> dict:
         crash = KernelCrash(f"no summary (its log {'empty' if text else 'not written'}), so not called clean")
         crash.details = tool_errors(text)
         raise crash
-    fam = req.load_family()
     found = record(tool, text, fam, fam.pick_variants("cuda", req.variant), str(log))
     if crash and not found["findings"]:  # the tool's own complaint, if it had one (no driver, no device)
         crash.details = [*getattr(crash, "details", []), *tool_errors(text)]
