@@ -75,14 +75,15 @@ __device__ __forceinline__ void load4(const T* __restrict__ P, int64_t ld, int r
   for (int j = 0; j < 4; ++j) v[j] = (r < R && k + j < K) ? P[r * ld + k + j] : T(0);
 }
 
-// Four consecutive values from p, known to lie inside the matrix (16-byte aligned for float): no tests.
+// Four consecutive values, from shared memory or from a tile inside the matrix: one 16-byte load for float
+// (src aligned to 16 bytes).
 template <typename T>
-__device__ __forceinline__ void load4_inside(const T* __restrict__ p, T (&v)[4]) {
+__device__ __forceinline__ void copy4(T* dst, const T* src) {
   if constexpr (std::is_same_v<T, float>) {
-    const float4 q = *reinterpret_cast<const float4*>(p);
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    const float4 q = *reinterpret_cast<const float4*>(src);
+    dst[0] = q.x, dst[1] = q.y, dst[2] = q.z, dst[3] = q.w;
   } else {
-    for (int j = 0; j < 4; ++j) v[j] = p[j];
+    for (int j = 0; j < 4; ++j) dst[j] = src[j];
   }
 }
 
@@ -104,7 +105,7 @@ __device__ __forceinline__ void fetch_tile(const T* __restrict__ P, int64_t ld, 
     const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
     if (VECS % THREADS != 0 && i >= VECS) continue;
     if (inside) {
-      load4_inside(first + int64_t(l) * ROWS_APART * ld, regs[l]);
+      copy4(regs[l], first + int64_t(l) * ROWS_APART * ld);  // no tests: 16-byte aligned for float
     } else {
       load4(P, ld, row0 + r, k0 + k, R, K, vec, regs[l]);
     }
@@ -120,17 +121,6 @@ __device__ __forceinline__ void stash_tile(const T (&regs)[LOADS][4], T (*tile)[
     const int i = threadIdx.x + l * THREADS, r = i / (BK / 4), k = (i % (BK / 4)) * 4;
     if (VECS % THREADS == 0 || i < VECS)
       for (int j = 0; j < 4; ++j) tile[k + j][r] = regs[l][j];
-  }
-}
-
-// Four consecutive values from shared memory: one 16-byte load for float.
-template <typename T>
-__device__ __forceinline__ void copy4(T* dst, const T* src) {
-  if constexpr (std::is_same_v<T, float>) {
-    const float4 q = *reinterpret_cast<const float4*>(src);
-    dst[0] = q.x, dst[1] = q.y, dst[2] = q.z, dst[3] = q.w;
-  } else {
-    for (int j = 0; j < 4; ++j) dst[j] = src[j];
   }
 }
 
